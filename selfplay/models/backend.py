@@ -1,0 +1,54 @@
+"""The one model interface the rest of the code uses: sampling, greedy decoding and log-probabilities,
+with a LoRA adapter that can be switched off (adapter off = the initial policy π_0).
+
+Prompts are plain strings already rendered with the model's chat template (see `chat.py`), so the
+judge, the trainer and the audit tokenize exactly what the backend sees.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str  # policy config name, e.g. "smollm2-135m"
+    tokenizer: object  # a transformers tokenizer (shared by both backends)
+
+    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        """Chat messages -> prompt string, through the model's chat template (chat.py)."""
+
+    def sample(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int,
+        adapter: bool = True,
+    ) -> list[list[str]]:
+        """n sampled completions per prompt (same seed -> same completions on CPU)."""
+
+    def greedy(self, prompts: Sequence[str], *, max_new_tokens: int, adapter: bool = True) -> list[str]:
+        """One greedy completion per prompt."""
+
+    def next_token_logprobs(
+        self, prompts: Sequence[str], token_ids: Sequence[int], *, adapter: bool = True
+    ) -> np.ndarray:
+        """log p(token | prompt) under the full softmax, shape [len(prompts), len(token_ids)].
+
+        Prompts that share a token prefix (several candidates of one environment) have that prefix
+        computed once.
+        """
+
+    def sequence_logprobs(
+        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True
+    ) -> np.ndarray:
+        """Sum of log p(completion tokens | prompt), shape [len(prompts)]."""
+
+    def adapter_disabled(self) -> AbstractContextManager[None]:
+        """Context in which the model runs as π_0 (LoRA off, no second copy)."""
