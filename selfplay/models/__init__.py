@@ -1,0 +1,72 @@
+"""Model backends behind one interface (`Backend`, backend.py).
+
+`load_backend(policy_cfg, backend="auto")` gives an `HFBackend` (transformers + PEFT LoRA, CPU or GPU)
+or a `VLLMBackend` (GPU; vLLM serves the saved LoRA adapter, an HFBackend holds the weights trained).
+"auto" picks vLLM when it is installed and CUDA is available, else HF.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+from selfplay.models.backend import Backend
+from selfplay.models.chat import render
+from selfplay.models.config import LoraSettings, PolicyConfig
+from selfplay.models.loading import ModelUnavailableError, load_model, load_tokenizer, tiny_model
+
+__all__ = [
+    "Backend",
+    "LoraSettings",
+    "ModelUnavailableError",
+    "PolicyConfig",
+    "load_backend",
+    "load_model",
+    "load_tokenizer",
+    "render",
+    "tiny_model",
+]
+
+
+def _policy(cfg: PolicyConfig | Mapping[str, Any] | str) -> PolicyConfig:
+    if isinstance(cfg, PolicyConfig):
+        return cfg
+    if isinstance(cfg, str):
+        return PolicyConfig.named(cfg)
+    return PolicyConfig.from_mapping(cfg)
+
+
+def vllm_usable() -> bool:
+    import torch
+
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+def load_backend(
+    policy_cfg: PolicyConfig | Mapping[str, Any] | str,
+    *,
+    backend: str = "auto",
+    lora: LoraSettings | Mapping[str, Any] | None = None,
+    device: str | None = None,
+    **kwargs: Any,
+) -> Backend:
+    """A ready backend for `policy_cfg` (a PolicyConfig, a mapping such as `cfg.policy`, or a name).
+
+    `lora`: LoraSettings or a mapping of its fields (r, alpha, dropout, target_modules).
+    `kwargs` go to the backend (HF: batch_size, progress, reuse_prefix, min_prefix; vLLM:
+    gpu_memory_utilization, adapter_dir, ...).
+    """
+    cfg = _policy(policy_cfg)
+    lora = lora if isinstance(lora, LoraSettings) else LoraSettings.from_mapping(lora)
+    if backend not in ("auto", "hf", "vllm"):
+        raise ValueError(f"backend must be 'auto', 'hf' or 'vllm', got {backend!r}")
+    if backend == "auto":
+        backend = "vllm" if vllm_usable() and cfg.tiny_arch is None else "hf"
+    if backend == "vllm":
+        from selfplay.models.vllm_backend import VLLMBackend
+
+        return VLLMBackend.from_config(cfg, lora=lora, **kwargs)
+    from selfplay.models.hf import HFBackend
+
+    return HFBackend.from_config(cfg, lora=lora, device=device, **kwargs)
