@@ -1,0 +1,95 @@
+"""Role boundary over every prompt the judges build (all five designs, stage 1 and scoring) and the
+policy prompt, for every loaded environment (the shared release and data/mini, when present).
+
+No prompt may contain a sentence of the certificate, evaluation_spec, ground truth or any stress
+answer unless that sentence is also in the question or evidence — except the candidate being
+scored (its own fenced block) and, for `anchored`, the reference answer r(e).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from judges import JUDGES, JudgeItem, build_judge
+from judges import prompts as P
+from selfplay.envs import leaked_sentences, load_envs
+from selfplay.envs.prompt import policy_messages
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = {"release": REPO.parent / "shared" / "impossible_rubrics", "mini": REPO / "data" / "mini"}
+
+
+def _envs(which):
+    root = SOURCES[which]
+    if not (root / "data").is_dir() or not any((root / "data").glob("*.json")):
+        pytest.skip(f"no {which} environments at {root}")
+    return load_envs(root)
+
+
+class RecordingBackend:
+    """Uniform verdict probabilities; stage 1 answers with fixed neutral text; records every prompt."""
+
+    name = "recording"
+
+    class tokenizer:  # noqa: N801 - stands in for a tokenizer object
+        @staticmethod
+        def encode(text, add_special_tokens=False):
+            return [int.from_bytes(text.encode()[:8].ljust(8, b"\0"), "big")]  # distinct for short labels
+
+    def __init__(self):
+        self.greedy_prompts, self.scored = [], []
+
+    def render(self, messages, *, add_generation_prompt=True):
+        return "".join(f"<{m['role']}>\n{m['content']}\n" for m in messages) + "<assistant>\n"
+
+    def greedy(self, prompts, *, max_new_tokens, adapter=True):
+        self.greedy_prompts.extend(prompts)
+        return ["Stage one output." for _ in prompts]
+
+    def next_token_logprobs(self, prompts, token_ids, *, adapter=True, **kw):
+        self.scored.extend(prompts)
+        return np.log(np.full((len(prompts), len(token_ids)), 1.0 / len(token_ids)))
+
+    def adapter_disabled(self):
+        return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("which", ["release", "mini"])
+def test_no_hidden_sentence_in_any_prompt(which):
+    envs = _envs(which)
+    checked = 0
+    for env in envs:
+        policy = RecordingBackend().render(policy_messages(env.public))
+        assert leaked_sentences(env, policy) == [], env.task_id
+        candidates = [a.text for a in env.stress_answers] + ["I cannot tell from the packet."]
+        for name in JUDGES:
+            backend = RecordingBackend()
+            judge = build_judge(name, backend)
+            items = [JudgeItem(env.public, c, env.reference_answer) for c in candidates]
+            judge.score(items)
+            for prompt in backend.greedy_prompts:
+                assert leaked_sentences(env, prompt) == [], (name, env.task_id, "stage 1")
+            per_item = 2 if judge.design.pairwise else 1
+            assert len(backend.scored) == per_item * len(items)
+            for k, prompt in enumerate(backend.scored):
+                cand = candidates[k // per_item]
+                # the candidate's own fenced block is the one place its text may appear
+                for label in ("ANSWER A", "ANSWER B", "ANSWER"):
+                    prompt = prompt.replace(P.fence(label, cand), "")
+                leaks = leaked_sentences(env, prompt, allow_reference=(name == "anchored"))
+                assert leaks == [], (name, env.task_id, leaks[:2])
+                checked += 1
+    assert checked > 0
+
+
+def test_the_check_catches_a_leak():
+    """The same check flags a prompt that quotes a non-reference stress answer or the certificate."""
+    env = next(e for e in _envs("release") if e.kind == "impossible")
+    other = next(a for a in env.stress_answers if a.answer_id != env.reference.answer_id)
+    assert leaked_sentences(env, P.pairwise_user(env.public, "x", other.text), allow_reference=True)
+    claim = env.certificate["impossibility_claim"]
+    assert leaked_sentences(env, P.pointwise_user(env.public, "rubric", claim, "x"))
