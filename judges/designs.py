@@ -10,7 +10,7 @@ Stage-1 artifacts are cached under (identity, adapter, task_id): `identity` name
 (e.g. "seed0/iter_2"); set `judge.identity` when the weights change and stage 1 runs again.
 
 All prompts of one environment are scored in one `next_token_logprobs` call; they share the packet
-prefix, which the backend computes once (`reuse_prefix`).
+prefix, which the backend computes once (the hf backend's `reuse_prefix`, vLLM's prefix caching).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class JudgeParams:
 
     min_verdict_mass: float = scoring.MIN_VERDICT_MASS  # floor on verdict-token mass, see scoring.py
     max_new_tokens: int = 256  # stage-1 artifact length (greedy)
-    reuse_prefix: bool = True  # compute the shared packet prefix once per environment
 
     def __post_init__(self):
         if not 0.0 <= self.min_verdict_mass < 1.0:
@@ -119,8 +118,7 @@ class TemplateJudge:
         return [self._render(P.pointwise_user(item.public, d.name, criteria, item.answer), P.POINTWISE_PREFILL)]
 
     def _logprobs(self, prompts: list[str]):
-        kwargs = {"reuse_prefix": False} if not self.params.reuse_prefix else {}
-        return self.backend.next_token_logprobs(prompts, scoring.flat_ids(self._ids), adapter=self.adapter, **kwargs)
+        return self.backend.next_token_logprobs(prompts, scoring.flat_ids(self._ids), adapter=self.adapter)
 
     def _verdict(self, rows, prompts: list[str], artifact: str | None) -> Verdict:
         mass = self.params.min_verdict_mass
