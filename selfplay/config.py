@@ -1,0 +1,198 @@
+"""Typed, validated settings of `python -m selfplay.train` (the non-group keys of conf/config.yaml and the
+`data`, `judge` and `logger` groups).
+
+Hydra composes plain YAML; `train_settings(cfg)` merges it over these dataclasses, so a misspelt key or a
+value of the wrong type fails with OmegaConf's message naming the key, and `__post_init__` checks ranges.
+The dataclasses are not frozen because OmegaConf cannot merge into frozen nested dataclasses; treat the
+instances as read-only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from selfplay.models.config import LoraSettings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = PROJECT_ROOT / "conf"
+# config groups composed by Hydra; everything else at the top level is a TrainConfig field
+GROUPS = ("policy", "reward", "data", "judge", "logger")
+# settings a resumed run may change without invalidating the iterations already written
+RESUMABLE_KEYS = ("iterations", "logger", "output_root", "backend")
+
+
+@dataclass
+class TrainConfig:
+    experiment: str = "selfplay"  # first level of outputs/<experiment>/<reward>/seed<s>/
+    seed: int = 0  # seeds sampling (per iteration) and DPO data order
+    iterations: int = 3  # T: number of self-play iterations; may grow on resume
+    k: int = 4  # samples per train environment per iteration
+    temperature: float = 1.0  # τ: sampling temperature of the policy
+    max_new_tokens: int = 256  # budget of each sampled answer
+    margin: float = 0.1  # δ: minimum score gap between chosen and rejected answers
+    beta: float = 0.1  # DPO β
+    learning_rate: float = 5.0e-5
+    epochs: int = 1  # passes of DPO over one iteration's pairs
+    batch_size: int = 4  # pairs per optimizer step (per device, before accumulation)
+    grad_accum: int = 1  # gradient accumulation steps
+    # ceiling on prompt+answer tokens in a DPO sequence; the actual limit is the longest pair of the
+    # iteration (so nothing is truncated) unless that exceeds this ceiling, and truncation is counted
+    max_seq_len: int = 4096
+    max_train_envs: int | None = None  # use only the first N train environments (quick runs)
+    reference: str = "previous"  # previous: π_{t-1}; initial: π_0 (adapter off)
+    backend: str = "auto"  # auto | hf | vllm
+    gradient_checkpointing: bool = False
+    output_root: str = "outputs"
+    # the adapter's settings (selfplay.models.config.LoraSettings: r, alpha, dropout, target_modules)
+    lora: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.experiment) and "/" not in self.experiment, "experiment", self.experiment,
+                 "a non-empty name without '/'")
+        _require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        _require(self.iterations >= 1, "iterations", self.iterations, "an integer >= 1")
+        _require(self.k >= 2, "k", self.k, "an integer >= 2 (a pair needs two answers)")
+        _require(self.temperature > 0 and math.isfinite(self.temperature), "temperature", self.temperature, "> 0")
+        _require(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "an integer >= 1")
+        _require(0.0 <= self.margin <= 1.0, "margin", self.margin, "in [0, 1] (scores lie in [0, 1])")
+        _require(self.beta > 0, "beta", self.beta, "> 0")
+        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "> 0")
+        _require(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
+        _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        _require(self.grad_accum >= 1, "grad_accum", self.grad_accum, "an integer >= 1")
+        _require(self.max_seq_len >= 16, "max_seq_len", self.max_seq_len, "an integer >= 16")
+        _require(self.max_train_envs is None or self.max_train_envs >= 1, "max_train_envs",
+                 self.max_train_envs, "null or an integer >= 1")
+        _require(self.reference in ("previous", "initial"), "reference", self.reference, "previous or initial")
+        _require(self.backend in ("auto", "hf", "vllm"), "backend", self.backend, "auto, hf or vllm")
+        try:
+            LoraSettings.from_mapping(self.lora)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"lora={self.lora!r}: {e}") from None
+
+    @property
+    def lora_settings(self) -> LoraSettings:
+        return LoraSettings.from_mapping(self.lora)
+
+
+@dataclass
+class DataConfig:
+    # a release directory or a combined *.jsonl export; a relative path is looked up in the current
+    # directory first, then in the project root (where the bundled data/mini lives)
+    path: str = "data/mini"
+    # directory holding the splits/ files; null = the data directory itself
+    splits: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(bool(self.path), "data.path", self.path, "a path")
+
+
+@dataclass
+class JudgeConfig:
+    # self: π_{t-1} (adapter on); frozen: π_0 (adapter off); anything else: the name of a conf/policy config
+    model: str = "self"
+
+    def __post_init__(self) -> None:
+        _require(bool(self.model), "judge.model", self.model, "self, frozen or a policy config name")
+
+
+@dataclass
+class LoggerConfig:
+    kind: str = "wandb"  # wandb | none
+    project: str = "selfplay-judges"
+    mode: str = "offline"  # wandb mode: offline (default, no network), online, disabled
+    entity: str | None = None
+    dir: str | None = None  # wandb files; null = the run directory
+
+    def __post_init__(self) -> None:
+        _require(self.kind in ("wandb", "none"), "logger.kind", self.kind, "wandb or none")
+        _require(self.mode in ("offline", "online", "disabled"), "logger.mode", self.mode,
+                 "offline, online or disabled")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the loop reads, validated; `policy` and `reward` stay as the raw group configs because
+    their schemas belong to `selfplay.models` and `judges`."""
+
+    train: TrainConfig
+    data: DataConfig
+    judge: JudgeConfig
+    logger: LoggerConfig
+    policy: DictConfig
+    reward: DictConfig
+    reward_name: str
+    policy_name: str
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _require(ok: bool, key: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: expected {expected}")
+
+
+def _typed(schema: type, node: Any, where: str) -> Any:
+    merged = OmegaConf.merge(OmegaConf.structured(schema), node if node is not None else {})
+    try:
+        return OmegaConf.to_object(merged)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def policy_choices() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "policy").glob("*.yaml"))
+
+
+def train_settings(cfg: DictConfig) -> Settings:
+    """Validate a composed config. Raises ConfigError with one clear message."""
+    if cfg.get("policy") is None:
+        raise ConfigError(
+            "no policy given: add +policy=NAME, one of: " + ", ".join(policy_choices())
+            + " (e.g. python -m selfplay.train +policy=smollm2-135m reward=anchored)"
+        )
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    # a "???" would otherwise be merged away by the schema default, silently
+    missing = OmegaConf.missing_keys(cfg)
+    if missing:
+        hint = " (data=release needs data.path=DIR)" if "data.path" in missing else ""
+        raise ConfigError(f"required setting(s) not given: {', '.join(sorted(missing))}{hint}")
+    train_keys = {f.name for f in fields(TrainConfig)}
+    top = {k: v for k, v in resolved.items() if k not in GROUPS}
+    unknown = sorted(set(top) - train_keys)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {unknown}; valid: {sorted(train_keys)}")
+    reward = resolved.get("reward") or {}
+    if not reward.get("name"):
+        raise ConfigError("no reward given: reward=NAME with NAME a file in conf/reward/")
+    return Settings(
+        train=_typed(TrainConfig, top, "settings"),
+        data=_typed(DataConfig, resolved.get("data"), "data"),
+        judge=_typed(JudgeConfig, resolved.get("judge"), "judge"),
+        logger=_typed(LoggerConfig, resolved.get("logger"), "logger"),
+        policy=OmegaConf.create(resolved["policy"]),
+        reward=OmegaConf.create(reward),
+        reward_name=str(reward["name"]),
+        policy_name=str(resolved["policy"].get("name", "")),
+    )
+
+
+def resolve_data_path(path: str, cwd: Path | None = None) -> Path:
+    """A relative path is found in the current directory first, then in the project root."""
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    here = (cwd or Path.cwd()) / p
+    return here if here.exists() else PROJECT_ROOT / p
+
+
+def comparable(resolved: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that must match for a run directory to be resumed."""
+    return {k: v for k, v in resolved.items() if k not in RESUMABLE_KEYS and k != "hydra"}

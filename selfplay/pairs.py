@@ -1,0 +1,96 @@
+"""Preference pairs from judged samples: per environment, the highest- against the lowest-scoring answer.
+
+Rule (SPEC §5), for the k scores of one environment:
+- any score None or NaN -> no pair ("nan"): an unscored answer could be the best or the worst, so the
+  extremes of the rest are not the environment's extremes;
+- chosen = highest score, rejected = lowest; among equal scores the earliest sample wins as chosen
+  and the latest as rejected, so the choice depends only on the scores, never on dict or sort order;
+- margin = chosen - rejected; margin 0 -> no pair ("tie"), margin < δ -> no pair ("margin");
+- chosen and rejected texts equal -> no pair ("identical"): DPO gets no signal from it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DROP_REASONS = ("nan", "tie", "margin", "identical")
+
+
+@dataclass(frozen=True)
+class Pair:
+    task_id: str
+    prompt: str  # the rendered policy prompt the answers were sampled from
+    chosen: str
+    rejected: str
+    chosen_index: int  # sample index within the environment's k answers
+    rejected_index: int
+    chosen_score: float
+    rejected_score: float
+
+    @property
+    def margin(self) -> float:
+        return self.chosen_score - self.rejected_score
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    envs: int
+    pairs: int
+    dropped: dict[str, int]  # reason -> environments dropped for it (every reason in DROP_REASONS)
+
+    def as_metrics(self) -> dict[str, float]:
+        out = {"pairs/envs": float(self.envs), "pairs/kept": float(self.pairs)}
+        out.update({f"pairs/dropped_{r}": float(n) for r, n in self.dropped.items()})
+        out["pairs/kept_rate"] = self.pairs / self.envs if self.envs else 0.0
+        return out
+
+
+def _missing(score: float | None) -> bool:
+    return score is None or math.isnan(score)
+
+
+def select_pair(scores: Sequence[float | None], margin: float) -> tuple[int, int] | str:
+    """(chosen index, rejected index), or the reason there is no pair (see the module docstring)."""
+    if len(scores) < 2:
+        raise ValueError(f"need at least two scores to pair, got {len(scores)}")
+    if any(_missing(s) for s in scores):
+        return "nan"
+    hi = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    lo = min(range(len(scores)), key=lambda i: (scores[i], -i))
+    gap = scores[hi] - scores[lo]
+    if gap == 0:
+        return "tie"
+    if gap < margin:
+        return "margin"
+    return hi, lo
+
+
+def build_pairs(
+    task_ids: Sequence[str],
+    prompts: Sequence[str],
+    answers: Sequence[Sequence[str]],
+    scores: Sequence[Sequence[float | None]],
+    margin: float,
+) -> tuple[list[Pair], PairCounts, list[str | None]]:
+    """One pair per environment where the rule allows; also the drop reason per environment (None = kept)."""
+    if not (len(task_ids) == len(prompts) == len(answers) == len(scores)):
+        raise ValueError("task_ids, prompts, answers and scores must have one entry per environment")
+    pairs, reasons = [], []
+    for tid, prompt, texts, env_scores in zip(task_ids, prompts, answers, scores, strict=True):
+        if len(texts) != len(env_scores):
+            raise ValueError(f"{tid}: {len(texts)} answers but {len(env_scores)} scores")
+        picked = select_pair(env_scores, margin)
+        if isinstance(picked, tuple) and texts[picked[0]] == texts[picked[1]]:
+            picked = "identical"
+        if isinstance(picked, str):
+            reasons.append(picked)
+            continue
+        hi, lo = picked
+        pairs.append(Pair(tid, prompt, texts[hi], texts[lo], hi, lo, float(env_scores[hi]), float(env_scores[lo])))
+        reasons.append(None)
+    dropped = Counter(r for r in reasons if r is not None)
+    counts = PairCounts(envs=len(task_ids), pairs=len(pairs), dropped={r: dropped.get(r, 0) for r in DROP_REASONS})
+    return pairs, counts, reasons

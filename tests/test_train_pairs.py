@@ -1,0 +1,61 @@
+"""The pair rule (selfplay/pairs.py) on hand-made scores."""
+
+import math
+
+import pytest
+
+from selfplay.pairs import DROP_REASONS, build_pairs, select_pair
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "scores, margin, expected",
+    [
+        pytest.param([0.2, 0.9, 0.5], 0.1, (1, 0), id="max-vs-min"),
+        # 0.9 at 0 and 2: the earliest is chosen; 0.1 at 1 and 3: the latest is rejected
+        pytest.param([0.9, 0.1, 0.9, 0.1], 0.1, (0, 3), id="ties-earliest-chosen-latest-rejected"),
+        pytest.param([0.4, 0.4, 0.4], 0.0, "tie", id="all-equal-is-a-tie-even-at-zero-margin"),
+        pytest.param([0.5, 0.55], 0.1, "margin", id="gap-0.05-below-delta-0.1"),
+        # 0.75 - 0.25 = 0.5 exactly in binary floating point, so a gap equal to δ is kept
+        pytest.param([0.25, 0.75], 0.5, (1, 0), id="gap-equal-to-delta-kept"),
+        pytest.param([0.9, None, 0.1], 0.1, "nan", id="none-drops-the-environment"),
+        pytest.param([0.9, NAN, 0.1], 0.1, "nan", id="nan-drops-the-environment"),
+        pytest.param([None, None], 0.0, "nan", id="all-none"),
+        pytest.param([0.0, 1.0], 1.0, (1, 0), id="full-range-at-delta-1"),
+    ],
+)
+def test_select_pair(scores, margin, expected):
+    assert select_pair(scores, margin) == expected
+
+
+def test_select_pair_needs_two_scores():
+    with pytest.raises(ValueError, match="at least two"):
+        select_pair([0.5], 0.0)
+
+
+def test_build_pairs_counts_every_reason_and_keeps_texts():
+    """Four environments: one kept (0.8 vs 0.2), one tie, one NaN, one whose extremes are the same text."""
+    task_ids = ["keep", "tie", "nan", "same"]
+    prompts = [f"P-{t}" for t in task_ids]
+    answers = [["a0", "a1", "a2"], ["b0", "b1", "b2"], ["c0", "c1", "c2"], ["same", "same", "other"]]
+    scores = [[0.2, 0.8, 0.5], [0.3, 0.3, 0.3], [0.1, None, 0.9], [0.9, 0.1, 0.5]]
+    pairs, counts, reasons = build_pairs(task_ids, prompts, answers, scores, margin=0.1)
+
+    assert [(p.task_id, p.prompt, p.chosen, p.rejected, p.chosen_index, p.rejected_index) for p in pairs] == [
+        ("keep", "P-keep", "a1", "a0", 1, 0)
+    ]
+    assert math.isclose(pairs[0].margin, 0.6)
+    assert reasons == [None, "tie", "nan", "identical"]
+    assert counts.envs == 4 and counts.pairs == 1
+    assert counts.dropped == {"nan": 1, "tie": 1, "margin": 0, "identical": 1}
+    assert set(counts.dropped) == set(DROP_REASONS)
+    m = counts.as_metrics()
+    assert m["pairs/kept"] == 1.0 and m["pairs/kept_rate"] == 0.25 and m["pairs/dropped_nan"] == 1.0
+
+
+def test_build_pairs_rejects_misaligned_inputs():
+    with pytest.raises(ValueError, match="2 answers but 3 scores"):
+        build_pairs(["t"], ["p"], [["a", "b"]], [[0.1, 0.2, 0.3]], margin=0.0)
+    with pytest.raises(ValueError, match="one entry per environment"):
+        build_pairs(["t", "u"], ["p"], [["a", "b"]], [[0.1, 0.2]], margin=0.0)
