@@ -1,0 +1,154 @@
+"""One LoRA-DPO step per iteration: TRL's `DPOTrainer` on the policy's own PeftModel, continuing its adapter.
+
+The objective is TRL's (sigmoid DPO loss, β from the config); nothing here overrides it. What this
+module decides is the data, the length limit and the reference policy, with no second model copy:
+
+- reference="previous" (π_{t-1}): TRL, handed a PeftModel that already has an adapter, adds a frozen
+  copy of it named "ref"; with `precompute_ref_log_probs=True` it computes the reference log-probs with
+  that copy, i.e. with π_{t-1}'s adapter on, once, before the first optimizer step.
+- reference="initial" (π_0): right after the trainer is built we delete TRL's "ref" copy, so TRL's
+  PEFT path computes the reference with all adapters disabled (`use_adapter(model, None)`), which is
+  π_0 because one adapter carries on across iterations and the base weights never change.
+In both cases the "ref" adapter is gone before training, so the optimizer and `save_adapter` only see
+the one adapter.
+
+Lengths: prompts are the backend's rendered strings. TRL tokenizes a plain-text prompt with the
+tokenizer's special tokens, while the backend does not (its template already holds them); a leading
+BOS the template wrote is therefore stripped from the text so both see the same ids. TRL's
+`max_length` is set to the longest prompt+answer of the iteration (EOS included), capped by
+`max_seq_len`; sequences over the cap are counted (`train/truncated`), and pairs whose prompt alone
+reaches the cap, which TRL drops, are counted too (`train/dropped_long_prompts`).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+
+from selfplay.pairs import Pair
+
+
+@dataclass(frozen=True)
+class DPOSettings:
+    beta: float
+    learning_rate: float
+    epochs: int
+    batch_size: int
+    grad_accum: int
+    max_seq_len: int
+    reference: str  # previous | initial
+    seed: int
+    gradient_checkpointing: bool = False
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class LengthPlan:
+    max_length: int  # TRL's max_length for this iteration
+    longest: int  # longest prompt+answer(+EOS) in tokens
+    truncated: int  # sequences (chosen or rejected) longer than max_length
+    dropped_long_prompts: int  # pairs whose prompt alone reaches max_length (TRL drops them)
+
+
+def trl_prompt(tokenizer, prompt: str) -> str:
+    """The prompt text that TRL's tokenization (special tokens added) turns into the backend's ids."""
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and prompt.startswith(bos):
+        plain = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        added = tokenizer(prompt)["input_ids"]
+        if len(added) == len(plain) + 1 and added[1:] == plain:
+            return prompt[len(bos) :]
+    return prompt
+
+
+def dataset_rows(tokenizer, pairs: Sequence[Pair]) -> list[dict[str, str]]:
+    return [{"prompt": trl_prompt(tokenizer, p.prompt), "chosen": p.chosen, "rejected": p.rejected} for p in pairs]
+
+
+def plan_lengths(tokenizer, rows: Sequence[dict[str, str]], max_seq_len: int) -> LengthPlan:
+    """Token counts as TRL computes them (prompt + completion + EOS, tokenizer special tokens on)."""
+    eos = tokenizer.eos_token or ""
+
+    def n(text: str) -> int:
+        return len(tokenizer(text)["input_ids"])
+
+    prompts = [n(r["prompt"]) for r in rows]
+    totals = [n(r["prompt"] + c + ("" if c.endswith(eos) else eos)) for r in rows for c in (r["chosen"], r["rejected"])]
+    longest = max(totals, default=0)
+    max_length = max(1, min(longest, max_seq_len))
+    return LengthPlan(
+        max_length=max_length,
+        longest=longest,
+        truncated=sum(t > max_length for t in totals),
+        dropped_long_prompts=sum(p >= max_length for p in prompts),
+    )
+
+
+def _mean(history: list[dict], key: str) -> float | None:
+    values = [h[key] for h in history if key in h]
+    return float(sum(values) / len(values)) if values else None
+
+
+def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scratch: Path) -> dict[str, float]:
+    """Train `model` (a PeftModel, in place) on `pairs`; return `train/` metrics. `scratch` is an empty
+    directory the trainer may write into; the caller removes it."""
+    from trl import DPOConfig, DPOTrainer
+
+    rows = dataset_rows(tokenizer, pairs)
+    plan = plan_lengths(tokenizer, rows, settings.max_seq_len)
+    metrics = {
+        "train/pairs": float(len(rows)),
+        "train/max_length": float(plan.max_length),
+        "train/longest_sequence": float(plan.longest),
+        "train/truncated": float(plan.truncated),
+        "train/dropped_long_prompts": float(plan.dropped_long_prompts),
+    }
+    if len(rows) - plan.dropped_long_prompts == 0:
+        return metrics | {"train/steps": 0.0}
+
+    dtype = next(model.parameters()).dtype
+    args = DPOConfig(
+        output_dir=str(scratch),
+        beta=settings.beta,
+        learning_rate=settings.learning_rate,
+        num_train_epochs=settings.epochs,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        max_length=plan.max_length,
+        precompute_ref_log_probs=settings.reference == "previous",
+        gradient_checkpointing=settings.gradient_checkpointing,
+        bf16=dtype == torch.bfloat16,
+        fp16=False,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=not settings.progress,
+    )
+    trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    if "ref" in model.peft_config:
+        # previous: its log-probs are already precomputed; initial: without it TRL disables the adapter
+        model.delete_adapter("ref")
+    model.set_adapter("default")
+    try:
+        result = trainer.train()
+        history = trainer.state.log_history
+    finally:
+        model.eval()
+        del trainer
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    metrics |= {"train/steps": float(result.global_step), "train/loss": float(result.training_loss)}
+    for key in ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected",
+                "logps/chosen", "logps/rejected", "grad_norm"):
+        value = _mean(history, key)
+        if value is not None:
+            metrics[f"train/{key}"] = value
+    return metrics
