@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -89,6 +90,10 @@ class HFBackend:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not isinstance(model, PeftModel):
             lora = lora or LoraSettings()
+            # Gemma 3 checkpoints carry a vision tower with q/k/v projections of its own; the
+            # adapter is for the language model only (vLLM serves no other)
+            vision = r".*(vision_tower|multi_modal_projector).*"
+            has_vision = any(re.fullmatch(vision, name) for name, _ in model.named_modules())
             model = get_peft_model(
                 model,
                 LoraConfig(
@@ -96,6 +101,7 @@ class HFBackend:
                     lora_alpha=lora.alpha,
                     lora_dropout=lora.dropout,
                     target_modules=list(lora.target_modules),
+                    exclude_modules=vision if has_vision else None,
                     task_type="CAUSAL_LM",
                 ),
             )
