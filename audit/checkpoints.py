@@ -1,0 +1,154 @@
+"""Finding and validating the checkpoints an audit reads (no model is loaded here).
+
+A checkpoint is one complete iteration directory of a training run,
+`outputs/<experiment>/<reward>/seed<s>/iter_<t>/`, holding `config.yaml` (the run's resolved config),
+`adapter/` (the LoRA adapter; at t = 0 the fresh no-op adapter of the initial policy) and the `DONE`
+marker the loop writes last. `find_checkpoints(path)` accepts any level of that tree:
+
+- an iteration dir: that iteration, plus `iter_0` of the same seed when it is complete, because FPR
+  drift is defined against t = 0 (the drift slope then runs over the iterations audited);
+- a seed dir: every complete iteration t = 0..T (an iteration without `DONE` is still being written or
+  was interrupted; it is skipped and listed in `Discovery.skipped`);
+- a reward dir (`seed<s>/` inside) or an experiment dir (`<reward>/seed<s>/` inside): every seed of
+  every reward.
+
+Everything is validated before anything is computed, so a missing or corrupt checkpoint gives one
+`CheckpointError` naming the path and the problem, and the audit writes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ITER_RE = re.compile(r"iter_(\d+)")
+SEED_RE = re.compile(r"seed(\d+)")
+DONE = "DONE"
+CONFIG = "config.yaml"
+ADAPTER = "adapter"
+
+
+class CheckpointError(ValueError):
+    """A path that is not an auditable checkpoint; the message says which path and why."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path  # the iter_<t> directory
+    reward: str  # from the layout <reward>/seed<s>/iter_<t>
+    seed: int
+    iteration: int
+    config: Mapping[str, Any] = field(compare=False, repr=False)  # the run's resolved config
+
+    @property
+    def adapter_path(self) -> Path:
+        return self.path / ADAPTER
+
+    @property
+    def identity(self) -> str:
+        """Names the judge's weights at this iteration (keys the judge's stage-1 cache)."""
+        return f"seed{self.seed}/iter_{self.iteration}"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    root: Path  # the path given; outputs are written here
+    checkpoints: tuple[Checkpoint, ...]  # sorted by reward, seed, iteration
+    skipped: tuple[Path, ...]  # incomplete iteration dirs (no DONE marker)
+
+
+_LAYOUT = ("expected an iteration dir iter_<t>/ (with config.yaml and DONE), a seed dir seed<s>/ "
+           "holding iter_<t>/ dirs, or a reward or experiment dir above them")
+
+
+def find_checkpoints(path: str | Path) -> Discovery:
+    """Every checkpoint under `path` (see the module docstring), validated; raises CheckpointError."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise CheckpointError(f"ckpt={path}: no such file or directory")
+    if not root.is_dir():
+        raise CheckpointError(f"ckpt={path}: not a directory; {_LAYOUT}")
+    root = root.resolve()
+    if ITER_RE.fullmatch(root.name):
+        ckpt = load_checkpoint(root)
+        base = root.parent / "iter_0"
+        extra = [] if ckpt.iteration == 0 or not (base / DONE).is_file() else [load_checkpoint(base)]
+        return Discovery(root, tuple(sorted(extra + [ckpt], key=_order)), ())
+    seed_dirs = _seed_dirs(root)
+    if not seed_dirs:
+        raise CheckpointError(f"ckpt={path}: no training iterations found; {_LAYOUT}")
+    found, skipped = [], []
+    for seed_dir in seed_dirs:
+        for d in _iter_dirs(seed_dir):
+            if (d / DONE).is_file():
+                found.append(load_checkpoint(d))
+            else:
+                skipped.append(d)
+    if not found:
+        raise CheckpointError(f"ckpt={path}: no complete iteration (none has a {DONE} marker); "
+                              f"incomplete: {', '.join(str(s) for s in skipped)}")
+    return Discovery(root, tuple(sorted(found, key=_order)), tuple(skipped))
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Validate one iteration dir and read its config; raises CheckpointError naming the problem."""
+    m = ITER_RE.fullmatch(path.name)
+    if m is None:
+        raise CheckpointError(f"{path}: not an iteration dir (its name must be iter_<t>)")
+    t = int(m.group(1))
+    if not (path / DONE).is_file():
+        raise CheckpointError(f"{path}: incomplete iteration (no {DONE} marker); the training run "
+                              "did not finish it — rerun training to complete it")
+    cfg_path = path / CONFIG
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{path}: corrupt checkpoint: {CONFIG} is missing")
+    try:
+        config = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{cfg_path}: corrupt checkpoint: unreadable YAML ({e})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{cfg_path}: corrupt checkpoint: expected a mapping, got {type(config).__name__}")
+    for key in ("policy", "reward"):
+        if not isinstance(config.get(key), dict):
+            raise CheckpointError(f"{cfg_path}: corrupt checkpoint: the run config has no `{key}` section")
+    if not (config["reward"].get("name")):
+        raise CheckpointError(f"{cfg_path}: corrupt checkpoint: reward.name is missing")
+    adapter = path / ADAPTER
+    if not (adapter / "adapter_config.json").is_file():
+        raise CheckpointError(f"{path}: corrupt checkpoint: {ADAPTER}/adapter_config.json is missing")
+    seed_m = SEED_RE.fullmatch(path.parent.name)
+    seed = int(seed_m.group(1)) if seed_m else config.get("seed")
+    if not isinstance(seed, int):
+        raise CheckpointError(f"{path}: cannot tell the seed (parent dir is not seed<s> and the config "
+                              "has no integer `seed`)")
+    if "seed" in config and config["seed"] != seed:
+        raise CheckpointError(f"{path}: corrupt checkpoint: it lies under seed{seed}/ but its config "
+                              f"says seed={config['seed']}")
+    reward = path.parent.parent.name if seed_m else str(config["reward"]["name"])
+    return Checkpoint(path=path, reward=reward, seed=seed, iteration=t, config=config)
+
+
+def _order(c: Checkpoint) -> tuple[str, int, int]:
+    return (c.reward, c.seed, c.iteration)
+
+
+def _iter_dirs(d: Path) -> list[Path]:
+    # temp dirs of an iteration being written (e.g. `.iter_2.tmp`) do not match and are ignored
+    return [p for p in d.iterdir() if p.is_dir() and ITER_RE.fullmatch(p.name)]
+
+
+def _seed_dirs(root: Path) -> list[Path]:
+    """Seed dirs at the three levels a user may point at: seed, reward or experiment dir."""
+    if _iter_dirs(root):
+        return [root]
+    for depth in (1, 2):
+        pattern = "seed*" if depth == 1 else "*/seed*"
+        dirs = sorted(d for d in root.glob(pattern) if d.is_dir() and SEED_RE.fullmatch(d.name) and _iter_dirs(d))
+        if dirs:
+            return dirs
+    return []

@@ -1,0 +1,106 @@
+"""Typed, validated settings of `python -m audit.gap` (conf/audit.yaml).
+
+The oracle's default model is `initial`: the run's own policy base weights with the LoRA adapter
+off (π_0). It is the one model every run has at hand offline at the scale it was trained (no second
+download, no second copy in memory), it never saw a reward, and it is the same at every iteration
+and seed, so a change of VA-Gap over t is the policy's or the judge's, not the verifier's. Its
+limits: at 135M it is a weak reader of certificates, and under `judge.model=frozen` judge and oracle
+share weights (the oracle alone sees the certificate). For a stronger verifier name a policy
+config (`oracle.model=qwen3-4b`); `oracle.second=NAME` adds a second LLM oracle for the IBE of judge
+× oracle2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from selfplay.config import ConfigError, LoggerConfig
+
+
+class AuditConfigError(ValueError):
+    pass
+
+
+@dataclass
+class BootstrapConfig:
+    B: int = 2000  # environment resamples per interval (SPEC: at least 2000 for reported numbers)
+    alpha: float = 0.05  # 1 − interval level
+
+
+@dataclass
+class OracleConfig:
+    model: str = "initial"  # initial: the run's π_0 (adapter off); or a conf/policy config name
+    second: str | None = None  # a conf/policy name for a second LLM oracle; null = none
+    # floor on the Yes/No verdict-token mass below which the oracle abstains (judges.scoring);
+    # null = the judges' default. Tiny random test models need 0.
+    min_mass: float | None = None
+
+
+@dataclass
+class AuditConfig:
+    ckpt: str = "???"  # iter_<t>, seed, reward or experiment dir of selfplay.train (required)
+    n: int = 8  # policy answers per audit environment
+    temperature: float | None = None  # null: the run's own sampling temperature
+    max_new_tokens: int | None = None  # null: the run's own answer budget
+    seed: int = 0  # seeds sampling (per environment) and every bootstrap
+    max_envs: int | None = None  # audit only the first N audit environments (quick checks)
+    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
+    length_match: float = 0.2  # length-matched AUROC: relative length difference below this
+    oracle: OracleConfig = field(default_factory=OracleConfig)
+    batch_size: int = 8  # hf backend batch size
+    device: str | None = None  # null: cuda when available, else cpu
+    progress: bool = True  # tqdm bars
+    # the `logger` group shared with selfplay.train: kind wandb (one run per seed, offline by
+    # default) or none; validated by selfplay.config.LoggerConfig
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.n >= 1, "n", self.n, "an integer >= 1")
+        _require(self.temperature is None or (self.temperature > 0 and math.isfinite(self.temperature)),
+                 "temperature", self.temperature, "null or > 0")
+        _require(self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens",
+                 self.max_new_tokens, "null or an integer >= 1")
+        _require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        _require(self.max_envs is None or self.max_envs >= 1, "max_envs", self.max_envs, "null or >= 1")
+        _require(self.bootstrap.B >= 1, "bootstrap.B", self.bootstrap.B, "an integer >= 1 (2000 by default)")
+        _require(0 < self.bootstrap.alpha < 1, "bootstrap.alpha", self.bootstrap.alpha, "in (0, 1)")
+        _require(0 < self.length_match <= 1, "length_match", self.length_match, "in (0, 1]")
+        _require(bool(self.oracle.model), "oracle.model", self.oracle.model, "initial or a policy config name")
+        _require(self.oracle.min_mass is None or 0 <= self.oracle.min_mass < 1, "oracle.min_mass",
+                 self.oracle.min_mass, "null or in [0, 1)")
+        _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings that shape the numbers (what audit.json records); not paths or display."""
+        d = asdict(self)
+        for k in ("ckpt", "progress", "logger", "batch_size", "device"):
+            d.pop(k)
+        return d
+
+
+def _require(ok: bool, key: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise AuditConfigError(f"{key}={value!r}: expected {expected}")
+
+
+def audit_config(cfg: DictConfig) -> AuditConfig:
+    """Validate the composed config; one AuditConfigError naming the key on any problem."""
+    if OmegaConf.is_missing(cfg, "ckpt") or not str(cfg.get("ckpt") or "").strip():
+        raise AuditConfigError("ckpt=PATH is required: an iter_<t>, seed<s>, reward or experiment dir "
+                               "written by selfplay.train (e.g. python -m audit.gap "
+                               "ckpt=outputs/selfplay/anchored/seed0)")
+    plain = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "hydra"}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(AuditConfig), plain)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        msg = str(e).splitlines()[0]
+        raise AuditConfigError(f"{key}: {msg}" if key else msg) from None
+    except ConfigError as e:
+        raise AuditConfigError(str(e)) from None

@@ -1,0 +1,131 @@
+"""The audit's output files: `audit.json` (nested reward → seed → iteration) and `audit.csv`.
+
+`audit.json` layout (NaN is written as null, keys sorted, so equal numbers give equal bytes):
+
+    {"version": 1,
+     "settings": {...audit settings...},
+     "skipped": [incomplete iteration dirs],
+     "rewards": {
+       "<reward>": {
+         "seeds": {"<seed>": {"experiment": ..., "iterations": {"<t>": {
+             "checkpoint": "<path>",
+             "metrics": {"<metric>": {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored"}},
+             "counts": {...}, "exploit": {"<task_id>": [0 | 1 | null per policy sample]}}}}},
+         "across_seeds": {"<t>": {"<metric>": {"mean", "ci_low", "ci_high", "sd", "n_seeds",
+                                                "n_missing"}}}}}}
+
+`audit.csv` has one row per reward × seed × iteration × metric (`value, ci_low, ci_high, n`, the
+interval being the environment bootstrap), plus rows with seed `all` for the mean over seeds (the
+interval then is the t interval over seeds, `n` the number of seeds).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .summary import IterationAudit, seed_summary
+
+VERSION = 1
+CSV_FIELDS = ("reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n")
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, tuples -> lists, recursively."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def build_results(settings: Mapping[str, Any],
+                  audits: Mapping[tuple[str, int], Mapping[int, IterationAudit]],
+                  checkpoints: Mapping[tuple[str, int, int], str],
+                  experiments: Mapping[tuple[str, int], str],
+                  skipped: list[str] | None = None) -> dict[str, Any]:
+    """The `audit.json` document from per-(reward, seed) iteration audits (pure)."""
+    rewards: dict[str, Any] = {}
+    for (reward, seed), by_t in sorted(audits.items()):
+        iters = {}
+        for t, a in sorted(by_t.items()):
+            iters[str(t)] = {
+                "checkpoint": checkpoints[(reward, seed, t)],
+                "metrics": {k: asdict(v) for k, v in sorted(a.metrics.items())},
+                "counts": dict(sorted(a.counts.items())),
+                "exploit": dict(sorted(a.exploit.items())),
+            }
+        entry = rewards.setdefault(reward, {"seeds": {}, "across_seeds": {}})
+        entry["seeds"][str(seed)] = {"experiment": experiments[(reward, seed)], "iterations": iters}
+    for entry in rewards.values():
+        entry["across_seeds"] = across_seeds(entry["seeds"])
+    doc = {"version": VERSION, "settings": dict(settings), "skipped": list(skipped or []), "rewards": rewards}
+    return _clean(doc)
+
+
+def across_seeds(seeds: Mapping[str, Any]) -> dict[str, Any]:
+    """Per iteration and metric: mean over the seeds that have that iteration, t interval over seeds."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for seed in sorted(seeds, key=int):
+        for t, it in seeds[seed]["iterations"].items():
+            for name, m in it["metrics"].items():
+                v = m["value"]
+                values.setdefault(t, {}).setdefault(name, []).append(float("nan") if v is None else v)
+    return {t: {name: seed_summary(vs) for name, vs in sorted(ms.items())}
+            for t, ms in sorted(values.items(), key=lambda kv: int(kv[0]))}
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    return json.dumps(_clean(doc), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for reward, entry in sorted(doc["rewards"].items()):
+        for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
+            for t, it in sorted(s["iterations"].items(), key=lambda kv: int(kv[0])):
+                for name, m in sorted(it["metrics"].items()):
+                    rows.append({"reward": reward, "seed": seed, "iteration": int(t), "metric": name,
+                                 "value": m["value"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                                 "n": m["n"]})
+        for t, ms in sorted(entry["across_seeds"].items(), key=lambda kv: int(kv[0])):
+            for name, m in sorted(ms.items()):
+                rows.append({"reward": reward, "seed": "all", "iteration": int(t), "metric": name,
+                             "value": m["mean"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                             "n": m["n_seeds"]})
+    return rows
+
+
+def to_csv(doc: Mapping[str, Any]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for row in csv_rows(doc):
+        w.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read an `audit.json`, checking it is one (clear error otherwise)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{p}: not a readable audit.json ({e})") from None
+    if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("rewards"), dict):
+        raise ValueError(f"{p}: not an audit.json of version {VERSION} (no `rewards` mapping)")
+    return doc
