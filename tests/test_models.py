@@ -6,6 +6,7 @@ package (the first run converts and caches it: a few seconds).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +322,37 @@ def test_tiny_models_depend_only_on_seed():
     c, _ = tiny_model("qwen3", seed=4)
     wa, wb, wc = (m.get_input_embeddings().weight for m in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+def test_cache_is_built_once_atomically(tmp_path):
+    """`_cached` builds into a temporary sibling and renames it; a failed build leaves nothing."""
+    from selfplay.models.loading import _cached
+
+    built = []
+
+    def build(out):
+        built.append(out)
+        (out / "weights").write_text("w")
+
+    folder = tmp_path / "policy" / "model"
+    assert _cached(folder, {"v": 1}, build) == folder
+    assert _cached(folder, {"v": 1}, build) == folder
+    assert len(built) == 1 and (folder / "weights").read_text() == "w"
+    _cached(folder, {"v": 2}, build)  # a different source rebuilds
+    assert len(built) == 2 and json.loads((folder / "source.json").read_text()) == {"v": 2}
+
+    def broken(out):
+        (out / "half").write_text("x")
+        raise RuntimeError("disk full")
+
+    other = tmp_path / "policy" / "other"
+    with pytest.raises(RuntimeError, match="disk full"):
+        _cached(other, {"v": 1}, broken)
+    assert not other.exists() and sorted(p.name for p in other.parent.iterdir()) == ["model"]
+
+
+def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    from selfplay.models.loading import cache_root
+
+    monkeypatch.setenv("SELFPLAY_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path
