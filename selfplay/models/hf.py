@@ -7,7 +7,8 @@
   than `max_context` (minus the generation budget) is an error, never silently truncated.
 - Sampling is pure temperature sampling (top-k and top-p off, whatever the model's generation config
   says), seeded inside the call with a forked RNG: same seed and batch size -> same completions on CPU,
-  and the caller's global RNG is left untouched.
+  and the caller's global RNG is left untouched. A different `batch_size` draws different (equally
+  valid) samples, and CUDA kernels are not bitwise reproducible.
 - `next_token_logprobs` groups prompts that share a token prefix (several candidates of one
   environment inside a judge prompt), runs the prefix once and reuses a copy of its KV cache for each
   batch of suffixes. `reuse_prefix=False` is the plain left-padded path, kept as the reference.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -94,17 +96,9 @@ class HFBackend:
             # adapter is for the language model only (vLLM serves no other)
             vision = r".*(vision_tower|multi_modal_projector).*"
             has_vision = any(re.fullmatch(vision, name) for name, _ in model.named_modules())
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=lora.r,
-                    lora_alpha=lora.alpha,
-                    lora_dropout=lora.dropout,
-                    target_modules=list(lora.target_modules),
-                    exclude_modules=vision if has_vision else None,
-                    task_type="CAUSAL_LM",
-                ),
-            )
+            with warnings.catch_warnings():  # PEFT calls a transformers method deprecated in v5
+                warnings.simplefilter("ignore", FutureWarning)
+                model = self._wrap(model, lora, vision if has_vision else None)
         self.model = model
         self.tokenizer = tokenizer
         self.cfg = cfg
@@ -116,6 +110,18 @@ class HFBackend:
         self.device = next(model.parameters()).device
         params = inspect.signature(type(model.get_base_model()).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @staticmethod
+    def _wrap(model, lora: LoraSettings, exclude: str | None) -> PeftModel:
+        config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            exclude_modules=exclude,
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, config)
 
     @classmethod
     def from_config(
