@@ -65,8 +65,10 @@ class JsonlCache:
     def __init__(self, path: Path):
         self.path = path
         self.rows: dict[str, dict[str, Any]] = {}
+        self._good_bytes: int | None = None  # set when a torn last line must be cut before appending
         if path.is_file():
-            lines = path.read_text(encoding="utf-8").split("\n")
+            text = path.read_text(encoding="utf-8")
+            lines = text.split("\n")
             for i, line in enumerate(lines):
                 if not line.strip():
                     continue
@@ -74,7 +76,8 @@ class JsonlCache:
                     row = json.loads(line)
                     self.rows[row["key"]] = row
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    if i == len(lines) - 1:  # torn last write: recompute it
+                    if i == len(lines) - 1:  # torn last write: drop it, recompute that row
+                        self._good_bytes = len(text[: len(text) - len(line)].encode("utf-8"))
                         continue
                     raise CacheError(f"{path}:{i + 1}: unreadable cache row; delete the file to "
                                      "recompute it") from None
@@ -86,6 +89,10 @@ class JsonlCache:
         if not rows:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._good_bytes is not None:
+            with self.path.open("r+b") as f:
+                f.truncate(self._good_bytes)
+            self._good_bytes = None
         with self.path.open("a", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, sort_keys=True, allow_nan=True) + "\n")

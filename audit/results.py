@@ -10,7 +10,8 @@
          "seeds": {"<seed>": {"experiment": ..., "iterations": {"<t>": {
              "checkpoint": "<path>",
              "metrics": {"<metric>": {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored"}},
-             "counts": {...}, "exploit": {"<task_id>": [0 | 1 | null per policy sample]}}}}},
+             "counts": {...},
+             "exploit": {"impossible" | "control": {"<task_id>": [0 | 1 | null per policy sample]}}}}}},
          "across_seeds": {"<t>": {"<metric>": {"mean", "ci_low", "ci_high", "sd", "n_seeds",
                                                 "n_missing"}}}}}}
 
@@ -61,7 +62,7 @@ def build_results(settings: Mapping[str, Any],
                 "checkpoint": checkpoints[(reward, seed, t)],
                 "metrics": {k: asdict(v) for k, v in sorted(a.metrics.items())},
                 "counts": dict(sorted(a.counts.items())),
-                "exploit": dict(sorted(a.exploit.items())),
+                "exploit": {k: dict(sorted(v.items())) for k, v in sorted(a.exploit.items())},
             }
         entry = rewards.setdefault(reward, {"seeds": {}, "across_seeds": {}})
         entry["seeds"][str(seed)] = {"experiment": experiments[(reward, seed)], "iterations": iters}

@@ -1,0 +1,210 @@
+"""`python -m audit.gap` end to end on a checkpoint tree the training loop wrote with a tiny random Llama.
+
+The module trains once (1 iteration, `anchored` judge, 2 mini train environments, evidence cut to 25
+words so the tiny model's 49k-token LM head stays cheap), then audits the experiment dir with n = 2
+answers on one impossible and one control audit environment and a small bootstrap. Verdict-mass
+floors are 0 because a random model puts almost no mass on the verdict tokens; the metrics are then
+defined and the code paths are the real ones.
+"""
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import audit.gap as gap
+import selfplay.train as train
+from selfplay.config import CONF_DIR
+
+TRAIN = [
+    "+policy=tiny-llama", "reward=anchored", "reward.min_verdict_mass=0.0", "logger=none",
+    "iterations=1", "k=2", "max_new_tokens=4", "max_train_envs=2", "margin=0.0", "batch_size=2",
+    "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]",
+]
+AUDIT = ["n=2", "max_new_tokens=4", "max_envs=1", "bootstrap.B=50", "logger=none", "progress=false",
+         "oracle.min_mass=0.0"]
+# every SPEC §6 quantity, per seed and iteration
+METRICS = {
+    "va_gap/impossible", "va_gap/control", "apparent/impossible", "apparent/control",
+    "verified/impossible", "verified/control", "valid_rate/impossible", "valid_rate/control",
+    "fpr/policy", "fnr/policy", "fpr/stress", "fnr/stress",
+    "fpr_drift/policy", "fpr_slope/policy", "fpr_drift/stress", "fpr_slope/stress", "youden_j",
+    "auroc/policy/judge", "auroc/policy/length", "auroc/policy/hedge", "auroc/policy/length_matched",
+    "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
+    "ibe/policy/judge+checks", "ibe/stress/judge+checks",
+}
+FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored"}
+
+
+def cut(envs):
+    short = lambda text: " ".join(text.split()[:25])  # noqa: E731
+    return [dataclasses.replace(e, public=dataclasses.replace(
+        e.public, evidence=tuple(dataclasses.replace(d, text=short(d.text)) for d in e.public.evidence[:2])))
+        for e in envs]
+
+
+@pytest.fixture(scope="module")
+def patched():
+    mp = pytest.MonkeyPatch()
+    real_train, real_audit = train.load_train_envs, gap.audit_envs
+    mp.setattr(train, "load_train_envs", lambda settings: cut(real_train(settings)))
+    mp.setattr(gap, "audit_envs", lambda settings, max_envs: tuple(cut(real_audit(settings, max_envs))))
+    yield mp
+    mp.undo()
+
+
+def audit_cfg(ckpt, *extra):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("audit", overrides=[f"ckpt={ckpt}", *AUDIT, *extra])
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory, patched) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*TRAIN, f"output_root={root}", "experiment=tiny"])
+    train.run(cfg)
+    return root / "tiny"
+
+
+@pytest.fixture(scope="module")
+def audited(experiment, patched):
+    """(experiment dir, audit.json bytes, audit.csv bytes) of the first audit."""
+    gap.main_cli(audit_cfg(experiment))
+    return experiment, (experiment / "audit.json").read_bytes(), (experiment / "audit.csv").read_bytes()
+
+
+def test_every_metric_per_seed_and_iteration(audited):
+    root, raw, _ = audited
+    doc = json.loads(raw)
+    seed = doc["rewards"]["anchored"]["seeds"]["0"]
+    assert sorted(seed["iterations"]) == ["0", "1"]
+    for t, it in seed["iterations"].items():
+        assert set(it["metrics"]) == METRICS, t
+        for name, m in it["metrics"].items():
+            assert set(m) == FIELDS, name
+            if m["value"] is not None and m["ci_low"] is not None:
+                assert m["ci_low"] - 1e-12 <= m["value"] <= m["ci_high"] + 1e-12, name
+        assert it["counts"]["environments"] == 2  # max_envs=1: one impossible, one control
+        assert it["counts"]["policy_answers"] == 4
+        m = it["metrics"]
+        for kind in ("impossible", "control"):
+            gap_, app, ver = (m[f"{k}/{kind}"]["value"] for k in ("va_gap", "apparent", "verified"))
+            if gap_ is not None:
+                assert math.isclose(gap_, app - ver, abs_tol=1e-12)
+        assert it["checkpoint"] == f"anchored/seed0/iter_{t}"
+    assert seed["iterations"]["0"]["metrics"]["fpr_drift/stress"]["value"] in (0.0, None)
+    assert set(doc["rewards"]["anchored"]["across_seeds"]["1"]) == METRICS
+    assert doc["settings"]["bootstrap"] == {"B": 50, "alpha": 0.05}
+
+
+def test_csv_has_one_row_per_seed_iteration_metric(audited):
+    root, raw, _ = audited
+    rows = list(csv.DictReader((root / "audit.csv").open()))
+    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n"}
+    keys = [(r["reward"], r["seed"], r["iteration"], r["metric"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert {k for k in keys if k[1] == "0"} == {("anchored", "0", t, m) for t in "01" for m in METRICS}
+    assert {k for k in keys if k[1] == "all"} == {("anchored", "all", t, m) for t in "01" for m in METRICS}
+    doc = json.loads(raw)
+    row = next(r for r in rows if r["seed"] == "0" and r["iteration"] == "1" and r["metric"] == "fpr/stress")
+    m = doc["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["metrics"]["fpr/stress"]
+    assert (float(row["value"]) if row["value"] else None) == m["value"] and int(row["n"]) == m["n"]
+
+
+def test_figures_and_caches_written(audited):
+    root, _, _ = audited
+    for name in ("va_gap_fpr.png", "discrimination.png", "ibe.png"):
+        assert (root / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for t in (0, 1):
+        cache = root / "anchored" / "seed0" / f"iter_{t}" / "audit_cache"
+        assert sorted(p.name.split("-")[0] for p in cache.glob("*.jsonl")) == ["answers", "judge", "oracle"]
+
+
+def test_rerun_reads_the_cache_and_reproduces_audit_json(audited, monkeypatch):
+    root, raw, raw_csv = audited
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a rerun with a complete cache must not load a model")
+
+    monkeypatch.setattr(gap.BackendPool, "get", no_model)
+    gap.main_cli(audit_cfg(root))
+    assert (root / "audit.json").read_bytes() == raw
+    assert (root / "audit.csv").read_bytes() == raw_csv
+
+
+def test_rerun_recomputes_only_what_is_missing(audited, patched):
+    """Dropping the oracle verdicts of iteration 1 recomputes them alone (answers untouched) and the
+    numbers come out the same: the oracle reads log-probabilities deterministically."""
+    root, raw, _ = audited
+    cache = root / "anchored" / "seed0" / "iter_1" / "audit_cache"
+    answers = next(cache.glob("answers-*.jsonl"))
+    before = answers.read_bytes()
+    next(cache.glob("oracle-*.jsonl")).unlink()
+    gap.main_cli(audit_cfg(root))
+    assert answers.read_bytes() == before
+    assert next(cache.glob("oracle-*.jsonl")).is_file()
+    assert (root / "audit.json").read_bytes() == raw
+
+
+def _files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("damage, message", [
+    pytest.param(lambda it: (it / "config.yaml").write_text("policy: [unclosed\n"), "unreadable YAML", id="bad-yaml"),
+    pytest.param(lambda it: (it / "config.yaml").unlink(), "config.yaml is missing", id="no-config"),
+    pytest.param(lambda it: shutil.rmtree(it / "adapter"), "adapter_config.json is missing", id="no-adapter"),
+    pytest.param(lambda it: (it / "config.yaml").write_text("policy: {name: x}\nreward: {name: nope}\n"),
+                 "corrupt checkpoint", id="bad-config"),
+])
+def test_corrupt_checkpoint_one_error_nothing_written(experiment, tmp_path, damage, message):
+    seed = tmp_path / "tiny" / "anchored" / "seed0"
+    shutil.copytree(experiment / "anchored" / "seed0", seed,
+                    ignore=shutil.ignore_patterns("audit_cache"))
+    damage(seed / "iter_1")
+    before = _files(tmp_path)
+    with pytest.raises(SystemExit) as err:
+        gap.main_cli(audit_cfg(seed))
+    assert str(err.value).startswith("audit.gap: error: ") and message in str(err.value)
+    assert "iter_1" in str(err.value)
+    assert _files(tmp_path) == before
+
+
+def test_missing_or_incomplete_checkpoint(tmp_path, experiment):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        no_ckpt = compose("audit", overrides=AUDIT)
+    with pytest.raises(SystemExit, match="ckpt=PATH is required"):
+        gap.main_cli(no_ckpt)
+    with pytest.raises(SystemExit, match="no such file or directory"):
+        gap.main_cli(audit_cfg(tmp_path / "nowhere"))
+    with pytest.raises(SystemExit, match="no training iterations found"):
+        gap.main_cli(audit_cfg(tmp_path))
+    it = tmp_path / "seed0" / "iter_1"
+    shutil.copytree(experiment / "anchored" / "seed0" / "iter_1", it, ignore=shutil.ignore_patterns("audit_cache"))
+    (it / "DONE").unlink()
+    with pytest.raises(SystemExit, match="incomplete iteration"):
+        gap.main_cli(audit_cfg(it))
+    with pytest.raises(SystemExit, match="no complete iteration"):
+        gap.main_cli(audit_cfg(tmp_path / "seed0"))
+    assert not list(tmp_path.rglob("audit*"))
+
+
+def test_cli_error_is_one_line_and_exit_1(tmp_path):
+    """The real entry point, run from an empty directory: one line on stderr, exit status 1, and
+    neither the audit nor Hydra leaves a file behind (no outputs/, no .hydra/, no log)."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "audit.gap", "ckpt=missing"], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "audit.gap: error: ckpt=missing: no such file or directory"
+    assert list(tmp_path.iterdir()) == []

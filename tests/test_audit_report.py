@@ -1,0 +1,121 @@
+"""`python -m audit.report` on hand-made audit.json documents: table cells, paired comparisons, merging."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from audit import report
+from audit.results import VERSION, across_seeds
+
+
+def metric(value, low=None, high=None, n=4):
+    return {"value": value, "ci_low": low, "ci_high": high, "n": n, "n_partial": 0, "n_unscored": 0}
+
+
+def iteration(va_gap, fpr, exploit):
+    return {"checkpoint": "x", "counts": {}, "exploit": {"impossible": exploit, "control": {}},
+            "metrics": {"va_gap/impossible": metric(va_gap, 0.0, 1.0), "fpr/policy": metric(fpr, 0.1, 0.9)}}
+
+
+def reward_entry(seeds):
+    entry = {"seeds": {s: {"experiment": "exp", "iterations": its} for s, its in seeds.items()}}
+    entry["across_seeds"] = across_seeds(entry["seeds"])
+    return entry
+
+
+# final-iteration VA-Gap events on impossible environments, per (seed, task): anchored exploits in 3
+# pairs where rubric does not, never the reverse; generic agrees with rubric everywhere.
+RUBRIC_T1 = {"E1": [0, 0], "E2": [1, None]}
+DOC = {
+    "version": VERSION,
+    "settings": {"n": 2, "seed": 0, "bootstrap": {"B": 2000, "alpha": 0.05}, "oracle": {"model": "initial"}},
+    "rewards": {
+        "anchored": reward_entry({
+            "0": {"0": iteration(0.2, 0.5, {}), "1": iteration(0.2, 0.5, {"E1": [1, 1], "E2": [1, 1]})},
+            "1": {"0": iteration(0.4, None, {}), "1": iteration(0.6, 0.5, {"E1": [1, 0], "E2": [1, 0]})},
+        }),
+        "rubric": reward_entry({
+            "0": {"0": iteration(0.1, 0.3, {}), "1": iteration(0.1, 0.3, RUBRIC_T1)},
+            "1": {"0": iteration(0.1, 0.3, {}), "1": iteration(0.1, 0.3, {"E1": [0, 0], "E2": [1, 0]})},
+        }),
+        "generic": reward_entry({
+            "0": {"0": iteration(0.3, 0.25, {}), "1": iteration(0.35, 0.25, RUBRIC_T1)},
+        }),
+    },
+}
+
+
+def write(path: Path, doc) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "audit.json").write_text(json.dumps(doc))
+    return path
+
+
+def row(md: str, heading: str, reward: str) -> str:
+    section = md.split(f"`{heading}`", 1)[1]
+    return next(line for line in section.splitlines() if line.startswith(f"| {reward} |"))
+
+
+def test_table_cells(tmp_path):
+    """anchored va_gap/impossible at t = 0 over seeds 0.2 and 0.4: mean 0.3, sd = 0.1414, se = 0.1,
+    t_{.975, 1} = 12.706 → [0.3 − 1.2706, 0.3 + 1.2706] = [−0.971, 1.571]. At t = 1: 0.2 and 0.6 →
+    mean 0.4, se 0.2 → [−2.141, 2.941]. generic has one seed: its value and bootstrap interval, with *.
+    fpr/policy at t = 0 for anchored has one defined seed of two: mean 0.5, no interval (—)."""
+    out = report.write_report(write(tmp_path, DOC))
+    md = out.read_text()
+    assert row(md, "va_gap/impossible", "anchored") == "| anchored | 0.300 [-0.971, 1.571] | 0.400 [-2.141, 2.941] |"
+    assert row(md, "va_gap/impossible", "generic") == "| generic | 0.300 [0.000, 1.000]* | 0.350 [0.000, 1.000]* |"
+    assert row(md, "va_gap/impossible", "rubric") == "| rubric | 0.100 [0.100, 0.100] | 0.100 [0.100, 0.100] |"
+    assert row(md, "fpr/policy", "anchored").startswith("| anchored | 0.500 [—, —] | 0.500 [0.500, 0.500] |")
+    assert md.index("`va_gap/impossible`") < md.index("`fpr/policy`")
+    for name in ("va_gap_fpr.png", "discrimination.png", "ibe.png"):
+        assert (tmp_path / "figures" / name).is_file()
+        assert f"](figures/{name})" in md
+
+
+def test_mcnemar_against_rubric_with_bonferroni(tmp_path):
+    """Final iteration t = 1, pairs (seed, task, sample) defined in both rewards:
+    anchored vs rubric: seed 0 E1 (1,0) (1,0), E2 (1,1) [second sample undefined in rubric];
+    seed 1 E1 (1,0) (0,0), E2 (1,1) (0,0) → 7 pairs, anchored-only 3, rubric-only 0; VA-Gap on the
+    pairs 5/7 (anchored) and 2/7 (rubric);
+    p = 2 · ½³ = 0.25, Bonferroni over 2 comparisons 0.5.
+    generic vs rubric: seed 0 only, identical events → 3 pairs, no discordant pair, p = 1."""
+    base, note, rows = report.comparisons(DOC)
+    assert base == "rubric" and "against `rubric`" in note
+    by = {r["reward"]: r for r in rows}
+    a = by["anchored"]
+    assert (a["iteration"], a["n"], a["reward_only"], a["baseline_only"]) == (1, 7, 3, 0)
+    assert a["p"] == pytest.approx(0.25) and a["p_bonferroni"] == pytest.approx(0.5)
+    g = by["generic"]
+    assert (g["n"], g["reward_only"], g["baseline_only"], g["p"], g["p_bonferroni"]) == (3, 0, 0, 1.0, 1.0)
+    md = report.render(DOC)
+    assert "| anchored | rubric | 1 | 7 | 0.714 | 0.286 | 3 | 0 | 0.25 | 0.5 |" in md
+
+
+def test_without_rubric_compares_to_first_reward_and_says_so():
+    doc = {**DOC, "rewards": {k: v for k, v in DOC["rewards"].items() if k != "rubric"}}
+    base, note, rows = report.comparisons(doc)
+    assert base == "anchored" and "`rubric` was not part of this experiment" in note
+    assert [r["reward"] for r in rows] == ["generic"]
+    assert "`rubric` was not part of this experiment" in report.render(doc)
+
+
+def test_merges_audits_below_the_dir_and_refuses_duplicates(tmp_path):
+    for reward in ("anchored", "rubric"):
+        write(tmp_path / reward, {**DOC, "rewards": {reward: DOC["rewards"][reward]}})
+    md = report.write_report(tmp_path).read_text()
+    assert row(md, "va_gap/impossible", "anchored") == "| anchored | 0.300 [-0.971, 1.571] | 0.400 [-2.141, 2.941] |"
+    assert "| rubric |" in md
+    write(tmp_path / "anchored" / "seed0", {**DOC, "rewards": {"anchored": DOC["rewards"]["anchored"]}})
+    with pytest.raises(report.ReportError, match="anchored seed 0 is audited in both"):
+        report.load_dir(tmp_path)
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert report.main([str(tmp_path)]) == 1
+    assert "no audit.json found" in capsys.readouterr().err
+    (tmp_path / "audit.json").write_text("{}")
+    assert report.main([str(tmp_path)]) == 1
+    assert "not an audit.json" in capsys.readouterr().err
+    assert report.main([str(tmp_path / "nope")]) == 1
