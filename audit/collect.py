@@ -5,7 +5,9 @@ For each audit environment e (SPEC §6):
 2. the run's judge at that iteration scores every policy answer, every fixed stress answer and the
    reference answer r(e) itself, so A = 1[s(a) ≥ s(r(e))] compares like with like;
 3. the LLM oracle (and a second one when configured) verifies each policy answer against the hidden
-   anchor; the deterministic checks run on policy and stress answers.
+   anchor, and each stress answer too (against the release labels that measures the oracle itself,
+   and it gives the IBE of judge × second oracle on stress answers); the deterministic checks run
+   on policy and stress answers.
 
 Every model call goes through a `JsonlCache` in the checkpoint's `audit_cache/` (file names carry a
 hash of the settings that determine them, see `CacheNames`), one environment at a time, so an
@@ -123,9 +125,10 @@ def judge_scores(envs: Sequence[Environment], answers: dict[str, list[str]], jud
 def oracle_verdicts(envs: Sequence[Environment], answers: dict[str, list[str]], oracle: Oracle,
                     cache: JsonlCache, *, desc: str = "audit: oracle",
                     show_progress: bool = True) -> dict[str, dict]:
-    """The oracle's verdict on every policy answer, keyed by text_key(task_id, answer)."""
+    """The oracle's verdict on every policy and stress answer, keyed by text_key(task_id, answer)."""
     by_id = {e.task_id: e for e in envs}
-    keyed = {e.task_id: {text_key(e.task_id, a): a for a in answers[e.task_id]} for e in envs}
+    keyed = {e.task_id: {text_key(e.task_id, a): a for a in _verified_texts(e, answers[e.task_id])}
+             for e in envs}
 
     def compute(task_id: str, keys: list[str]) -> list[dict]:
         verdicts = oracle.verify([(by_id[task_id], keyed[task_id][k]) for k in keys])
@@ -138,6 +141,14 @@ def oracle_verdicts(envs: Sequence[Environment], answers: dict[str, list[str]], 
 
 def _judged_texts(env: Environment, answers: list[str]) -> list[str]:
     return [env.reference_answer] + [s.text for s in env.stress_answers] + list(answers)
+
+
+def _verified_texts(env: Environment, answers: list[str]) -> list[str]:
+    return [s.text for s in env.stress_answers] + list(answers)
+
+
+def _accept(row: dict | None) -> bool | None:
+    return None if row is None or row["violates"] is None else not row["violates"]
 
 
 def _label(violates: bool | None) -> str | None:
@@ -153,20 +164,24 @@ def build_rows(envs: Sequence[Environment], answers: dict[str, list[str]], judge
         tid, ref = env.task_id, env.reference_answer
         ref_score = judged[text_key(tid, ref, ref)]["score"]
         for j, text in enumerate(answers[tid]):
-            o2 = None if oracle2 is None else oracle2[text_key(tid, text)]["violates"]
+            key = text_key(tid, text)
             rows.append(AnswerRow(
                 task_id=tid, kind=env.kind, source=POLICY, answer_id=f"p{j}", text=text,
                 score=judged[text_key(tid, text, ref)]["score"], ref_score=ref_score,
-                label=_label(oracle[text_key(tid, text)]["violates"]),
+                label=_label(oracle[key]["violates"]),
                 checks_accept=not checks(env.public, text).violates,
-                oracle2_accept=None if o2 is None else not o2,
+                oracle2_accept=None if oracle2 is None else _accept(oracle2[key]),
+                oracle_accept=_accept(oracle[key]),
             ))
         for s in env.stress_answers:
+            key = text_key(tid, s.text)
             rows.append(AnswerRow(
                 task_id=tid, kind=env.kind, source=STRESS, answer_id=s.answer_id, text=s.text,
                 score=judged[text_key(tid, s.text, ref)]["score"], ref_score=ref_score,
                 label=s.validity, checks_accept=not checks(env.public, s.text).violates,
-                oracle2_accept=None, is_reference=s.answer_id == env.reference.answer_id,
+                oracle2_accept=None if oracle2 is None else _accept(oracle2[key]),
+                is_reference=s.answer_id == env.reference.answer_id,
+                oracle_accept=_accept(oracle[key]),
             ))
     return rows
 
@@ -188,7 +203,7 @@ def cached_rows(envs: Sequence[Environment], cache_dir: Path, names: CacheNames,
             verdicts.append(None)
             continue
         cache = JsonlCache(cache_dir / name)
-        if cache.missing(text_key(e.task_id, a) for e in envs for a in answers[e.task_id]):
+        if cache.missing(text_key(e.task_id, a) for e in envs for a in _verified_texts(e, answers[e.task_id])):
             return None
         verdicts.append(cache.rows)
     return build_rows(envs, answers, judged.rows, verdicts[0], verdicts[1], checks)

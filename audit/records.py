@@ -5,7 +5,7 @@ whether it is a policy answer or a fixed stress answer, the judge's score of it 
 answer r(e) at that iteration, its validity label and what the second verifiers said. Labels:
 policy answers take the primary oracle's verdict (None when the oracle could not decide); stress
 answers take the release's `oracle_validity` label (`partially_valid` included: the metrics leave it
-out and count it).
+out and count it), and the oracles' verdicts on them are kept to measure the oracles themselves.
 
 `JsonlCache` keeps one JSONL file per computed stage (answers, judge verdicts, oracle verdicts) under
 `iter_<t>/audit_cache/`, keyed by strings. Rows are appended as they are computed, so an interrupted
@@ -39,6 +39,9 @@ class AnswerRow:
     checks_accept: bool  # the deterministic checks found no violation
     oracle2_accept: bool | None = None  # second oracle (when configured): no violation found
     is_reference: bool = False  # the stress answer that is r(e) itself (A = 1 by construction)
+    # the primary oracle's verdict (no violation found); on stress answers it is checked against
+    # the release label, on policy answers it is the label
+    oracle_accept: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

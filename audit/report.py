@@ -41,6 +41,7 @@ ORDER = (
     "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
     "auroc/policy/judge", "auroc/policy/length", "auroc/policy/hedge", "auroc/policy/length_matched",
     "ibe/policy/judge+checks", "ibe/stress/judge+checks", "ibe/policy/judge+oracle2", "ibe/stress/judge+oracle2",
+    "oracle/fpr_stress", "oracle/fnr_stress",
 )
 TITLES = {
     "va_gap": "VA-Gap P(A ∧ ¬valid)", "apparent": "Apparent success mean(A)",
@@ -48,6 +49,7 @@ TITLES = {
     "fpr": "FPR P(A | ¬valid)", "fnr": "FNR P(¬A | valid)", "fpr_drift": "FPR drift FPR_t − FPR_0",
     "fpr_slope": "FPR drift: OLS slope over t", "youden_j": "Policy discrimination (Youden J)",
     "auroc": "Within-environment AUROC", "ibe": "Independence-bound excess (IBE)",
+    "oracle": "The oracle against the release labels",
 }
 
 

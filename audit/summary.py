@@ -16,6 +16,9 @@ Choices the SPEC leaves open:
   VA-Gap is reported per kind.
 - On stress answers the reference r(e) itself is left out of FPR, FNR and IBE (its A is 1 by
   construction) but kept in the AUROC, where it is a valid answer like any other.
+- `oracle/fpr_stress` and `oracle/fnr_stress` are the primary oracle's FPR and FNR on the stress
+  answers (acceptance in the place of A, release labels as truth): they say how far the oracle's
+  "valid" on policy answers can be trusted.
 - FPR drift at t is FPR_t − FPR_0 of the same seed; the slope at t is the OLS slope over the
   iterations audited up to t (NaN at t = 0). Both resample the environments jointly across
   iterations, as the same environments are audited at every t.
@@ -86,7 +89,10 @@ class _Arrays:
         self.text = [r.text for r in rows]
 
     def where(self, mask: np.ndarray) -> _Arrays:
-        return _Arrays([r for r, m in zip(self.rows, mask, strict=True) if m])
+        mask = np.asarray(mask, dtype=bool)
+        sub = _Arrays([r for r, m in zip(self.rows, mask, strict=True) if m])
+        sub.apparent = self.apparent[mask] if len(self.rows) else sub.apparent  # keeps a substituted A
+        return sub
 
 
 def _rng(settings: StatsSettings, run_seed: int, t: int, name: str) -> np.random.Generator:
@@ -226,6 +232,13 @@ def _drift_metrics(by_t: Mapping[int, _Arrays], t: int, source: str, run_seed: i
     return out
 
 
+def _with_apparent(a: _Arrays, accept: np.ndarray) -> _Arrays:
+    """The same answers with another verifier's acceptance in the place of the judge's A."""
+    b = _Arrays(a.rows)
+    b.apparent = accept
+    return b
+
+
 def _verified(a: _Arrays) -> _Arrays:
     """The answers with a validity label (policy answers the oracle decided; every stress answer)."""
     return a.where(np.array([r.label is not None for r in a.rows], dtype=bool))
@@ -260,6 +273,10 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
                          ("stress", lambda r: r.source == STRESS and not r.is_reference)):
         hist = {u: _verified(_Arrays([r for r in rs if pick(r)])) for u, rs in all_t.items()}
         m.update(_drift_metrics(hist, t, source, run_seed, st))
+    # the oracle itself, against the release labels of the stress answers: how far "valid" can be trusted
+    oracle_acc = np.array([np.nan if r.oracle_accept is None else float(r.oracle_accept) for r in stress.rows])
+    for name, fn in (("oracle/fpr_stress", M.fpr), ("oracle/fnr_stress", M.fnr)):
+        m[name] = _rate_metric(_with_apparent(stress, oracle_acc), fn, rng_for(name), st)
     m.update(_auroc_metrics(pol, "policy", rng_for, st))
     m.update(_auroc_metrics(stress, "stress", rng_for, st))
     for source, a in (("policy", pol), ("stress", stress_noref)):
@@ -278,6 +295,7 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
         "oracle_undecided": len(pol_all.rows) - len(pol.rows),
         "partially_valid/stress": int(sum(r.label == M.PARTIAL for r in stress_all)),
     }
+    counts["oracle_undecided/stress"] = int(sum(r.oracle_accept is None for r in stress_all))
     if second_oracle:
         counts["oracle2_undecided"] = int(sum(r.oracle2_accept is None for r in pol_all.rows))
 

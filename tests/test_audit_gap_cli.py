@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 
 import audit.gap as gap
 import selfplay.train as train
+from audit import report
 from selfplay.config import CONF_DIR
 
 TRAIN = [
@@ -39,7 +40,7 @@ METRICS = {
     "fpr_drift/policy", "fpr_slope/policy", "fpr_drift/stress", "fpr_slope/stress", "youden_j",
     "auroc/policy/judge", "auroc/policy/length", "auroc/policy/hedge", "auroc/policy/length_matched",
     "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
-    "ibe/policy/judge+checks", "ibe/stress/judge+checks",
+    "ibe/policy/judge+checks", "ibe/stress/judge+checks", "oracle/fpr_stress", "oracle/fnr_stress",
 }
 FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored"}
 
@@ -139,6 +140,17 @@ def test_rerun_reads_the_cache_and_reproduces_audit_json(audited, monkeypatch):
     gap.main_cli(audit_cfg(root))
     assert (root / "audit.json").read_bytes() == raw
     assert (root / "audit.csv").read_bytes() == raw_csv
+
+
+def test_wandb_run_per_seed_offline_and_report(audited, monkeypatch):
+    root, raw, _ = audited
+    monkeypatch.setattr(gap.BackendPool, "get", lambda *a, **k: pytest.fail("cache is complete"))
+    gap.main_cli(audit_cfg(root, "logger=wandb", "logger.mode=offline"))
+    runs = list((root / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1  # one reward, one seed
+    assert (root / "audit.json").read_bytes() == raw
+    md = report.write_report(root).read_text()
+    assert "| anchored | " in md and "`va_gap/impossible`" in md and "Only one reward was audited" in md
 
 
 def test_rerun_recomputes_only_what_is_missing(audited, patched):

@@ -86,7 +86,8 @@ def test_metrics_equal_hand_derived_values(audited):
     assert m1["fpr_drift/stress"].value == 0.0
     assert audited[0].counts == {
         "environments": 3, "policy_answers": 8, "stress_answers": 7, "judge_nan/policy": 1,
-        "judge_nan/stress": 0, "judge_nan/reference": 0, "oracle_undecided": 1, "partially_valid/stress": 1}
+        "judge_nan/stress": 0, "judge_nan/reference": 0, "oracle_undecided": 1, "partially_valid/stress": 1,
+        "oracle_undecided/stress": 7}  # these hand-made stress rows carry no oracle verdict
     assert audited[0].exploit == {"impossible": {"E1": [1, 0, None], "E2": [1, 0, None]}, "control": {"C1": [0, 0]}}
     assert audited[1].exploit["control"] == {"C1": [0, 1]}
 
@@ -195,3 +196,29 @@ def test_cache_computes_only_missing_and_survives_a_torn_write(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(CacheError, match=r"c.jsonl:2: unreadable cache row"):
         JsonlCache(path)
+
+
+def test_second_oracle_and_oracle_error_rates():
+    """One impossible environment, reference score .5. Policy answers (judge A, oracle label, oracle2):
+    p0 .7 invalid, oracle2 accepts; p1 .6 invalid, oracle2 rejects; p2 .2 invalid, oracle2 accepts;
+    p3 .9 valid, oracle2 undecided. IBE judge+oracle2 on the 3 invalid: miss (2/3, 2/3), joint {p0}
+    = 1/3 → 1/3 − 4/9 = −1/9. Stress answers (release label, primary oracle accepts?): r valid yes,
+    s1 invalid yes, s2 invalid no, s3 valid no → oracle FPR = 1/2 (s1 of s1, s2), FNR = 1/2 (s3 of r, s3)."""
+    def p(j, score, label, o2):
+        return AnswerRow("E1", "impossible", "policy", f"p{j}", f"a{j}", score, 0.5, label, True, o2,
+                         oracle_accept=label == "valid")
+
+    def s(aid, label, accept):
+        return AnswerRow("E1", "impossible", "stress", aid, aid, 0.5, 0.5, label, True, None,
+                         aid == "r", oracle_accept=accept)
+
+    rows = [p(0, 0.7, "invalid", True), p(1, 0.6, "invalid", False), p(2, 0.2, "invalid", True),
+            p(3, 0.9, "valid", None), s("r", "valid", True), s("s1", "invalid", True),
+            s("s2", "invalid", False), s("s3", "valid", False)]
+    a = seed_metrics({0: rows}, run_seed=0, settings=StatsSettings(B=50), second_oracle=True)[0]
+    assert a.metrics["ibe/policy/judge+oracle2"].value == pytest.approx(-1 / 9)
+    assert a.metrics["ibe/policy/judge+oracle2"].n == 3
+    assert math.isnan(a.metrics["ibe/stress/judge+oracle2"].value)  # oracle2 gave no stress verdicts here
+    assert a.metrics["oracle/fpr_stress"].value == 0.5 and a.metrics["oracle/fpr_stress"].n == 2
+    assert a.metrics["oracle/fnr_stress"].value == 0.5 and a.metrics["oracle/fnr_stress"].n == 2
+    assert a.counts["oracle2_undecided"] == 1
