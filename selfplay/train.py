@@ -168,18 +168,22 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
     prompts_of = [policy.render(policy_messages(e.public)) for e in envs]
     logger = start_logger(settings.logger, run, name=f"{settings.reward_name}-seed{tr.seed}",
                           group=tr.experiment, config=resolved)
+    judge = None  # a frozen or other-policy judge keeps its stage-1 cache across iterations
     try:
         if state.last is None:  # iteration 0: the initial policy, so the audit can measure it
             with A.writing_iteration(run, 0) as dest:
                 policy.save_adapter(dest / "adapter")
                 A.write_json(dest / "metrics.json", {"iteration": 0, "metrics": {}, "pair_drops": {}})
                 A.write_config(dest / A.CONFIG, resolved)
+            # vLLM reads a saved adapter lazily from disk: point it at the final, renamed path
+            policy.load_adapter(A.iteration_dir(run, 0) / "adapter")
 
         for t in range((state.last or 0) + 1, tr.iterations + 1):
             started = time.perf_counter()
             with A.writing_iteration(run, t) as dest:
                 answers = sample_answers(policy, prompts_of, settings, t, batch_envs)
-                judge = build_judge_for(settings, policy, t, judge_backend)
+                if judge is None or settings.judge.model == "self":
+                    judge = build_judge_for(settings, policy, t, judge_backend)
                 verdicts = judge_answers(judge, envs, answers, t, batch_envs)
                 scores = [[v.score for v in env] for env in verdicts]
                 pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores, tr.margin)
@@ -192,11 +196,12 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
                 ), scratch=dest / "_trainer")
                 shutil.rmtree(dest / "_trainer", ignore_errors=True)
                 policy.save_adapter(dest / "adapter")
-                policy.wake_up()  # vLLM reloads the new adapter
+                policy.wake_up()  # vLLM takes its GPU memory back
 
                 metrics = judge_metrics(verdicts) | counts.as_metrics() | train_metrics
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, verdicts, pairs, reasons, metrics, resolved)
+            policy.load_adapter(A.iteration_dir(run, t) / "adapter")  # as after iteration 0
             logger.log(metrics, step=t)
             log.info("iteration %d: %d pairs of %d environments, loss %s", t, counts.pairs, counts.envs,
                      metrics.get("train/loss"))
