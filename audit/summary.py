@@ -211,25 +211,34 @@ def _drift_metrics(by_t: Mapping[int, _Arrays], t: int, source: str, run_seed: i
     if 0 not in by_t:  # no t = 0 audited for this seed: drift is undefined, not zero
         return {f"fpr_drift/{source}": MetricValue(nan, nan, nan, 0),
                 f"fpr_slope/{source}": MetricValue(nan, nan, nan, 0)}
+    # FPR_u is a ratio of per-environment sums, so each environment contributes its (hits, invalid)
+    # at every u (from audit.metrics.fpr) and a resample of environments re-sums them
+    envs = sorted({e for a in by_t.values() for e in a.env})
+    per_env = {u: [M.fpr(*_env_cols(a, e)) for e in envs] for u, a in by_t.items()}
     for name, ts in ((f"fpr_drift/{source}", sorted({0, t})),
                      (f"fpr_slope/{source}", sorted(u for u in by_t if u <= t))):
-        its = np.concatenate([np.full(len(by_t[u].rows), u) for u in ts])
-        env = np.concatenate([by_t[u].env for u in ts])
-        app = np.concatenate([by_t[u].apparent for u in ts])
-        lab = np.concatenate([by_t[u].label for u in ts])
+        cols = [np.array([r.numerator for r in per_env[u]], float) for u in ts]
+        cols += [np.array([r.denominator for r in per_env[u]], float) for u in ts]
         slope = name.startswith("fpr_slope")
 
-        def stat(_, its_, app_, lab_, ts=ts, slope=slope):
-            d = M.fpr_drift({u: M.fpr(app_[its_ == u], lab_[its_ == u]).value for u in ts})
+        def stat(_, *c, ts=ts, slope=slope):
+            k = len(ts)
+            by_u = {u: (c[i].sum() / c[k + i].sum() if c[k + i].sum() > 0 else nan) for i, u in enumerate(ts)}
+            d = M.fpr_drift(by_u)
             return d.slope if slope else d.delta[-1]
 
         n = M.fpr(by_t[t].apparent, by_t[t].label)
-        if (slope and len(ts) < 2) or len(env) == 0:
+        if (slope and len(ts) < 2) or not envs:
             out[name] = MetricValue(nan, nan, nan, n.denominator, n.n_partial, n.n_unscored)
             continue
-        ci = S.bootstrap_ci(stat, env, its, app, lab, rng=_rng(st, run_seed, t, name), B=st.B, alpha=st.alpha)
+        ci = S.bootstrap_ci(stat, envs, *cols, rng=_rng(st, run_seed, t, name), B=st.B, alpha=st.alpha)
         out[name] = _from_ci(ci, ci.estimate, n.denominator, n.n_partial, n.n_unscored)
     return out
+
+
+def _env_cols(a: _Arrays, env: str) -> tuple[np.ndarray, np.ndarray]:
+    mask = a.env == env
+    return a.apparent[mask], a.label[mask]
 
 
 def _with_apparent(a: _Arrays, accept: np.ndarray) -> _Arrays:
