@@ -21,7 +21,8 @@ import logging
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -51,6 +52,16 @@ def derive_seed(seed: int, *parts: int) -> int:
 
 
 SAMPLE, TRAIN = 1, 2  # seed streams
+
+
+@contextmanager
+def timed(times: dict[str, float], phase: str) -> Iterator[None]:
+    """Adds the wall time of the block to `times["time/<phase>_s"]` (logged with the metrics)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[f"time/{phase}_s"] = times.get(f"time/{phase}_s", 0.0) + time.perf_counter() - start
 
 
 def chunks(items: Sequence, size: int) -> list[Sequence]:
@@ -179,26 +190,29 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
             policy.load_adapter(A.iteration_dir(run, 0) / "adapter")
 
         for t in range((state.last or 0) + 1, tr.iterations + 1):
-            started = time.perf_counter()
+            started, times = time.perf_counter(), {}
             with A.writing_iteration(run, t) as dest:
-                answers = sample_answers(policy, prompts_of, settings, t, batch_envs)
-                if judge is None or settings.judge.model == "self":
-                    judge = build_judge_for(settings, policy, t, judge_backend)
-                verdicts = judge_answers(judge, envs, answers, t, batch_envs)
+                with timed(times, "generate"):
+                    answers = sample_answers(policy, prompts_of, settings, t, batch_envs)
+                with timed(times, "judge"):
+                    if judge is None or settings.judge.model == "self":
+                        judge = build_judge_for(settings, policy, t, judge_backend)
+                    verdicts = judge_answers(judge, envs, answers, t, batch_envs)
                 scores = [[v.score for v in env] for env in verdicts]
                 pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores, tr.margin)
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
-                train_metrics = dpo_step(policy.model, policy.tokenizer, pairs, DPOSettings(
-                    beta=tr.beta, learning_rate=tr.learning_rate, epochs=tr.epochs, batch_size=tr.batch_size,
-                    grad_accum=tr.grad_accum, max_seq_len=tr.max_seq_len, reference=tr.reference,
-                    seed=derive_seed(tr.seed, TRAIN, t), gradient_checkpointing=tr.gradient_checkpointing,
-                ), scratch=dest / "_trainer")
+                with timed(times, "dpo"):
+                    train_metrics = dpo_step(policy.model, policy.tokenizer, pairs, DPOSettings(
+                        beta=tr.beta, learning_rate=tr.learning_rate, epochs=tr.epochs, batch_size=tr.batch_size,
+                        grad_accum=tr.grad_accum, max_seq_len=tr.max_seq_len, reference=tr.reference,
+                        seed=derive_seed(tr.seed, TRAIN, t), gradient_checkpointing=tr.gradient_checkpointing,
+                    ), scratch=dest / "_trainer")
                 shutil.rmtree(dest / "_trainer", ignore_errors=True)
                 policy.save_adapter(dest / "adapter")
                 policy.wake_up()  # vLLM takes its GPU memory back
 
-                metrics = judge_metrics(verdicts) | counts.as_metrics() | train_metrics
+                metrics = judge_metrics(verdicts) | counts.as_metrics() | train_metrics | times
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, verdicts, pairs, reasons, metrics, resolved)
             policy.load_adapter(A.iteration_dir(run, t) / "adapter")  # as after iteration 0

@@ -116,6 +116,8 @@ def test_two_iterations_write_every_artifact(run_a):
             assert (p["chosen"], p["rejected"]) == (answers[p["chosen_index"]], answers[p["rejected_index"]])
         assert m["judge/nan_rate"] == 0.0 and 0.0 <= m["judge/score_mean"] <= 1.0
         assert m["train/truncated"] == 0 and m["train/dropped_long_prompts"] == 0
+        phases = m["time/generate_s"] + m["time/judge_s"] + m["time/dpo_s"]
+        assert 0 < phases <= m["time/iteration_s"]  # the phases are disjoint parts of the iteration
         if pairs:
             assert m["train/steps"] == 1 and math.isfinite(m["train/loss"])
             assert m["train/max_length"] == m["train/longest_sequence"]
