@@ -24,8 +24,14 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The CPU demo: train three judge designs for T = 2 on the mini set, audit every iteration, report.
+DEMO := outputs/demo
 demo: install
-	$(PY) -m selfplay.envs data/mini
+	$(PY) -m selfplay.envs data/mini > /dev/null
+	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=anchored,commit_first,blind_solve
+	$(PY) -m audit.gap ckpt=$(DEMO) n=4 max_new_tokens=48
+	$(PY) -m audit.report $(DEMO)
+	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
 
 bench: install
 	$(PY) -m bench.run
