@@ -8,8 +8,9 @@ so the failure is counted (`judge/nan_rate`) instead of averaged in.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from selfplay.envs.types import PublicView
 

@@ -15,8 +15,9 @@ prefix, which the backend computes once (the hf backend's `reuse_prefix`, vLLM's
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from selfplay.models.backend import Backend
 
@@ -73,6 +74,9 @@ class TemplateJudge:
         self.params = params or JudgeParams()
         labels = P.PAIRWISE_LABELS if design.pairwise else P.SCORE_LABELS
         self._ids = scoring.verdict_token_ids(backend.tokenizer, labels)
+        self._prefill = scoring.prefill(
+            backend.tokenizer, P.PAIRWISE_PREFILL if design.pairwise else P.POINTWISE_PREFILL, labels
+        )
         self._cache: dict[tuple[str, bool, str], str] = {}
 
     # ------------------------------------------------------------ stage 1
@@ -100,8 +104,8 @@ class TemplateJudge:
         return {t: text for (ident, ad, t), text in self._cache.items() if ident == self.identity and ad == self.adapter}
 
     # ------------------------------------------------------------ stage 2
-    def _render(self, user: str, prefill: str) -> str:
-        return self.backend.render(P.messages(P.JUDGE_SYSTEM, user)) + prefill
+    def _render(self, user: str) -> str:
+        return self.backend.render(P.messages(P.JUDGE_SYSTEM, user)) + self._prefill
 
     def prompts_for(self, item: JudgeItem, artifact: str | None) -> list[str]:
         """Scoring prompts of one item: [order ab, order ba] (candidate first as A, then as B) or [pointwise]."""
@@ -111,11 +115,11 @@ class TemplateJudge:
             if other is None:
                 raise ValueError(f"{d.name} judge needs the reference answer for task {item.public.task_id!r}")
             return [
-                self._render(P.pairwise_user(item.public, item.answer, other), P.PAIRWISE_PREFILL),
-                self._render(P.pairwise_user(item.public, other, item.answer), P.PAIRWISE_PREFILL),
+                self._render(P.pairwise_user(item.public, item.answer, other)),
+                self._render(P.pairwise_user(item.public, other, item.answer)),
             ]
         criteria = d.fixed_criteria if d.fixed_criteria is not None else artifact
-        return [self._render(P.pointwise_user(item.public, d.name, criteria, item.answer), P.POINTWISE_PREFILL)]
+        return [self._render(P.pointwise_user(item.public, d.name, criteria, item.answer))]
 
     def _logprobs(self, prompts: list[str]):
         return self.backend.next_token_logprobs(prompts, scoring.flat_ids(self._ids), adapter=self.adapter)

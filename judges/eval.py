@@ -20,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -183,6 +184,10 @@ def _backends(cfg: DictConfig):
 def main(cfg: DictConfig) -> None:
     if "policy" not in cfg:
         raise SystemExit("no policy given: add +policy=NAME (a file in conf/policy/), e.g. +policy=smollm2-135m")
+    key = f"{Path(str(cfg.data.path)).name}/{cfg.reward.name}"
+    if cfg.merge_into and cfg.resume and Path(cfg.merge_into).exists() and key in json.loads(Path(cfg.merge_into).read_text()):
+        print(f"{key} already in {cfg.merge_into}; skipped (resume=false recomputes it)")
+        return
     envs = load_environments(cfg.data, cfg.split, cfg.max_envs)
     judge_backend, adapter, oracle_backend = _backends(cfg)
     params = OmegaConf.to_container(cfg.reward, resolve=True)
@@ -213,7 +218,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.merge_into:
         target = Path(cfg.merge_into)
         merged = json.loads(target.read_text()) if target.exists() else {}
-        merged[f"{Path(str(cfg.data.path)).name}/{judge.name}"] = summary
+        merged[key] = summary
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(dict(sorted(merged.items())), indent=1))
     print(json.dumps({k: summary["all"][k] for k in ("fpr", "fnr", "auroc", "nan_rate")}, indent=1))

@@ -11,8 +11,8 @@ P(violates) = p(Yes) / (p(Yes) + p(No)), violates when P > 0.5; unusable probabi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from selfplay.envs.types import Environment
 from selfplay.models.backend import Backend
@@ -54,9 +54,10 @@ class LLMOracle:
         self.adapter = adapter
         self.min_mass = min_mass
         self._ids = scoring.verdict_token_ids(backend.tokenizer, P.ORACLE_LABELS)
+        self._prefill = scoring.prefill(backend.tokenizer, P.ORACLE_PREFILL, P.ORACLE_LABELS)
 
     def prompt(self, env: Environment, answer: str) -> str:
-        return self.backend.render(P.messages(P.ORACLE_SYSTEM, oracle_user(env, answer))) + P.ORACLE_PREFILL
+        return self.backend.render(P.messages(P.ORACLE_SYSTEM, oracle_user(env, answer))) + self._prefill
 
     def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
         prompts = [self.prompt(env, answer) for env, answer in pairs]

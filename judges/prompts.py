@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from selfplay.envs.prompt import format_evidence
 from selfplay.envs.types import PublicView

@@ -3,7 +3,9 @@
 - Verdict tokens: each label ("A", "1", "Yes", ...) must be one token of the tokenizer. Its
   probability is the sum over the bare token and, when that is also a single distinct token, the
   space-prefixed one (" A"), because the prompt ends with a prefill such as "Verdict:" after which
-  BPE vocabularies put the letter with its leading space.
+  BPE vocabularies put the letter with its leading space. Where a label has no single-token spaced
+  form (SmolLM2 and other digit-splitting tokenizers write " 4" as " " + "4"), `prefill` ends the
+  prompt with that space, so the label is again the very next token.
 - Pointwise (G-Eval): E = Σ_k k·p_k / Σ_k p_k over the score tokens k = 1..5, mapped to [0, 1] as
   (E − 1) / 4.
 - Pairwise: for one presentation order, P(candidate wins) = p_cand / (p_A + p_B), where p_cand is the
@@ -19,8 +21,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -58,6 +60,13 @@ def verdict_token_ids(tokenizer, labels: Sequence[str]) -> dict[str, tuple[int, 
             seen[i] = label
         out[label] = tuple(ids)
     return out
+
+
+def prefill(tokenizer, text: str, labels: Sequence[str]) -> str:
+    """The assistant prefix after which the verdict label is the next token: `text` (e.g. "Score:")
+    when every label has a single-token spaced form, else `text + " "`."""
+    spaced_ok = all(len(tokenizer.encode(" " + lab, add_special_tokens=False)) == 1 for lab in labels)
+    return text if spaced_ok else text + " "
 
 
 def flat_ids(ids_by_label: Mapping[str, tuple[int, ...]]) -> list[int]:

@@ -281,3 +281,14 @@ def test_neutralise_is_idempotent_and_complete():
     assert P.neutralise(once) == once
     assert "==" not in once and not re.search(r"(?i)(answer [ab]|verdict|score)\s*[:：]", once)
     assert P.neutralise("Plain text, 1 = 1.") == "Plain text, 1 = 1."
+
+
+def test_prefill_ends_with_space_when_spaced_labels_split():
+    """SmolLM2-style digits: " 4" is " " + "4", so the prompt ends "Score: " and "4" comes next."""
+    backend = ScriptedBackend(lambda p: {"4": 1.0} if p.endswith("Score: ") else {})
+    real = backend.tokenizer.encode
+    backend.tokenizer.encode = lambda t, add_special_tokens=False: [7, VOCAB[t[1:]]] if t[:1] == " " and t[1:].isdigit() else real(t)
+    [v] = build_judge("generic", backend).score([JudgeItem(PUB, CAND)])
+    assert v.prompt.endswith("Score: ") and v.score == pytest.approx(0.75, abs=1e-9)
+    pairwise = build_judge("anchored", backend).score([JudgeItem(PUB, CAND, REF)])[0]
+    assert pairwise.prompt.endswith("Verdict:")  # " A" is one token: no trailing space
