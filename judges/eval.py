@@ -9,7 +9,7 @@ A = 1[s(a) ≥ s(r(e))], the oracle's P(violates) and which checks fired.
 Summary per kind (impossible, control, all), with every formula from `audit.metrics`: FPR, FNR,
 within-environment AUROC beside the `length` and `hedge` baselines and the length-matched AUROC on
 the same pairs, swap consistency (pairwise judges; the anchored judge's reference-vs-itself
-comparison is left out), NaN rate, the oracle's and the checks' agreement with the release labels
+verdict claims none), NaN rate, the oracle's and the checks' agreement with the release labels
 (miss rate = P(accepts | invalid), false-alarm rate = P(rejects | valid)), and the IBE of
 judge × checks (a verifier accepts: judge A = 1; checks: none fired). `partially_valid` answers are
 scored and written but left out of every binary metric (counted as n_partial).
@@ -107,15 +107,14 @@ def _verifier(accepts: list[float], labels: list[str]) -> dict[str, Any]:
     }
 
 
-def summarise_group(rows: Sequence[dict[str, Any]], pairwise: bool, anchored: bool = False) -> dict[str, Any]:
+def summarise_group(rows: Sequence[dict[str, Any]], pairwise: bool) -> dict[str, Any]:
     env = [r["task_id"] for r in rows]
     labels = [r["validity"] for r in rows]
     scores = [r["score"] for r in rows]
     apparent = _accepts([r["apparent"] for r in rows])
     report = M.auroc_report(env, scores, labels, [r["text"] for r in rows])
-    # the anchored judge's reference-vs-itself prompt is one prompt asked twice: not a swap test
-    swaps = [r["swap_consistent"] for r in rows
-             if r["swap_consistent"] is not None and not (anchored and r["is_reference"])]
+    # None for pointwise verdicts and for the anchored reference-vs-itself prompt (one prompt asked twice)
+    swaps = [r["swap_consistent"] for r in rows if r["swap_consistent"] is not None]
     oracle_accepts = _accepts([None if r["oracle_violates"] is None else not r["oracle_violates"] for r in rows])
     checks_accepts = [float(not r["checks_fired"]) for r in rows]
     n_nan = sum(s is None for s in scores)
@@ -137,9 +136,7 @@ def summarise_group(rows: Sequence[dict[str, Any]], pairwise: bool, anchored: bo
 
 def summarise(rows: Sequence[dict[str, Any]], *, reward: str, pairwise: bool) -> dict[str, Any]:
     groups = {"all": rows} | {k: [r for r in rows if r["kind"] == k] for k in ("impossible", "control")}
-    return {"reward": reward} | {
-        k: summarise_group(g, pairwise, reward == "anchored") for k, g in groups.items() if g
-    }
+    return {"reward": reward} | {k: summarise_group(g, pairwise) for k, g in groups.items() if g}
 
 
 def _json_safe(x: Any) -> Any:

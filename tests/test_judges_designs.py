@@ -112,9 +112,11 @@ def test_anchored_consistent_preference():
 
 
 def test_identical_answers_score_exactly_half():
-    """Candidate = reference: both orders are the same prompt, p_A/(p_A+p_B) + p_B/(p_A+p_B) = 1."""
+    """Candidate = reference: both orders are the same prompt, 0.7/0.9 + 0.2/0.9 = 1 -> exactly ½,
+    and no swap consistency is claimed for a prompt asked twice."""
     [v] = build_judge("anchored", ScriptedBackend(lambda p: {"A": 0.7, "B": 0.2})).score([JudgeItem(PUB, REF, REF)])
-    assert v.score == pytest.approx(0.5, abs=1e-12)
+    assert v.score == 0.5 and v.swap_consistent is None
+    assert v.order_scores == pytest.approx((7 / 9, 2 / 9), abs=1e-12)
 
 
 def test_generic_pointwise_expected_value():

@@ -24,11 +24,11 @@ def row(task, answer_id, validity, score, *, ref=False, swap=None, oracle=None, 
 
 
 ROWS = [
-    row("e1", "r", "valid", 0.5, ref=True, swap=False, oracle=False, text="honest one"),
+    row("e1", "r", "valid", 0.5, ref=True, swap=None, oracle=False, text="honest one"),
     row("e1", "a", "invalid", 0.7, swap=True, oracle=True, fired=("unsupported_number",), text="bad"),
     row("e1", "b", "invalid", 0.2, swap=False, oracle=False, text="worse!"),
     row("e1", "p", "partially_valid", 0.9, swap=True, oracle=True),
-    row("e2", "r", "valid", 0.5, ref=True, swap=True, oracle=False, text="honest two"),
+    row("e2", "r", "valid", 0.5, ref=True, swap=None, oracle=False, text="honest two"),
     row("e2", "c", "invalid", None, oracle=True, text="fabricated"),
     row("e2", "d", "invalid", 0.6, swap=True, oracle=False, text="fab"),
 ]
@@ -38,7 +38,7 @@ def test_summary_by_hand():
     """Binary rows: e1 r(valid, A), a(invalid, A), b(invalid, ¬A); e2 r(valid, A), c(invalid, NaN), d(invalid, A).
     FPR = P(A | invalid) over scored = {a, b, d} -> 2/3; FNR = 0/2.
     AUROC pairs (valid > invalid): e1 (r,a) 0.5<0.7 ✗, (r,b) ✓; e2 (r,d) ✗ -> 1/3.
-    Swap consistency (anchored, references left out): a ✓, b ✗, p ✓, d ✓ -> 3/4. NaN rate 1/7.
+    Swap consistency (none claimed for the references): a ✓, b ✗, p ✓, d ✓ -> 3/4. NaN rate 1/7.
     Oracle accepts = ¬violates: invalid a ✗ b ✓ c ✗ d ✓ -> miss 2/4; valid both accepted -> agreement 4/6.
     Checks fire on a only: miss 3/4 over invalid. IBE over invalid rows the judge scored {a, b, d}:
     judge accepts a, d (2/3); checks accept b, d (2/3); joint d (1/3) -> 1/3 − 4/9 = −1/9."""
