@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from selfplay.envs.types import PublicView
 from selfplay.models.backend import Backend
 
 from . import prompts as P
@@ -99,6 +100,11 @@ class TemplateJudge:
             for task_id, text in zip(todo, texts, strict=True):
                 self._cache[self._key(task_id)] = text.strip()
         return {it.public.task_id: self._cache[self._key(it.public.task_id)] for it in items}
+
+    def prepare(self, publics: Sequence[PublicView]) -> None:
+        """Run stage 1 for many environments in one batched greedy call (scoring them one by one
+        later then finds every artifact cached)."""
+        self._stage1([JudgeItem(p, "") for p in publics])
 
     def artifacts(self) -> dict[str, str]:
         return {t: text for (ident, ad, t), text in self._cache.items() if ident == self.identity and ad == self.adapter}

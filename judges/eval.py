@@ -62,6 +62,8 @@ def evaluate(envs: Sequence[Environment], judge: Judge, oracle: LLMOracle | None
     """One row per stress answer, environments in order."""
     oracle_cache = {} if oracle_cache is None else oracle_cache
     rows = []
+    if hasattr(judge, "prepare"):  # stage 1 for all environments in batched greedy calls
+        judge.prepare([env.public for env in envs])
     for env in tqdm(envs, desc=f"judge {judge.name}"):
         answers = env.stress_answers
         verdicts = judge.score([JudgeItem(env.public, a.text, env.reference_answer) for a in answers])

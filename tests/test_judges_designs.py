@@ -294,3 +294,12 @@ def test_prefill_ends_with_space_when_spaced_labels_split():
     assert v.prompt.endswith("Score: ") and v.score == pytest.approx(0.75, abs=1e-9)
     pairwise = build_judge("anchored", backend).score([JudgeItem(PUB, CAND, REF)])[0]
     assert pairwise.prompt.endswith("Verdict:")  # " A" is one token: no trailing space
+
+
+def test_prepare_batches_stage1():
+    backend = ScriptedBackend(lambda p: {"3": 1.0}, stage1=lambda p: "rubric")
+    judge = build_judge("rubric", backend)
+    judge.prepare([PUB, PUB2, PUB])
+    assert len(backend.greedy_prompts) == 2
+    judge.score([JudgeItem(PUB, CAND), JudgeItem(PUB2, CAND)])
+    assert len(backend.greedy_prompts) == 2 and judge.artifacts() == {"t1": "rubric", "t2": "rubric"}
