@@ -237,7 +237,7 @@ def audit(cfg: AuditConfig, the_plan: Plan | None = None) -> dict[str, Any]:
                 log.info("%s: every answer and verdict cached", ckpt.path)
             rows_by_t[ckpt.iteration] = rows
             where[(reward, seed, ckpt.iteration)] = _relative(ckpt.path, p.discovery.root)
-        experiments[(reward, seed)] = p.runs[ckpts[0].path].train.experiment
+        experiments[(reward, seed)] = p.runs[ckpts[0].path].train.experiment_name
         audits[(reward, seed)] = seed_metrics(rows_by_t, run_seed=seed, settings=stats,
                                               second_oracle=cfg.oracle.second is not None)
     doc = build_results(cfg.fingerprint(), audits, where, experiments,

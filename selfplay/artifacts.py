@@ -152,7 +152,7 @@ def check_resumable(run: Path, state: RunState, resolved: Mapping[str, Any]) -> 
     if diffs:
         raise ConfigError(
             f"{run} holds a run with a different config; refusing to mix them. Differences "
-            f"(stored -> now): {'; '.join(diffs)}. Use another experiment=NAME or output_root=DIR, "
+            f"(stored -> now): {'; '.join(diffs)}. Use another experiment_name=NAME or output_root=DIR, "
             "or move the old run away."
         )
 

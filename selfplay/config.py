@@ -28,7 +28,9 @@ RESUMABLE_KEYS = ("iterations", "logger", "output_root", "backend")
 
 @dataclass
 class TrainConfig:
-    experiment: str = "selfplay"  # first level of outputs/<experiment>/<reward>/seed<s>/
+    # first level of outputs/<experiment_name>/<reward>/seed<s>/ (`+experiment=NAME` is the config group
+    # of ready-made experiments in experiments/conf/experiment/, which set this name)
+    experiment_name: str = "selfplay"
     seed: int = 0  # seeds sampling (per iteration) and DPO data order
     iterations: int = 3  # T: number of self-play iterations; may grow on resume
     k: int = 4  # samples per train environment per iteration
@@ -52,7 +54,7 @@ class TrainConfig:
     lora: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require(bool(self.experiment) and "/" not in self.experiment, "experiment", self.experiment,
+        _require(bool(self.experiment_name) and "/" not in self.experiment_name, "experiment_name", self.experiment_name,
                  "a non-empty name without '/'")
         _require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         _require(self.iterations >= 1, "iterations", self.iterations, "an integer >= 1")

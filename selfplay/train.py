@@ -154,7 +154,7 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
     settings = train_settings(cfg)
     tr = settings.train
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    run = A.run_dir(tr.output_root, tr.experiment, settings.reward_name, tr.seed)
+    run = A.run_dir(tr.output_root, tr.experiment_name, settings.reward_name, tr.seed)
     state = A.scan_run(run)
     A.check_resumable(run, state, resolved)
     A.discard_partial(state)
@@ -178,7 +178,7 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
         judge_backend = load_backend(PolicyConfig.named(settings.judge.model), backend=tr.backend)
     prompts_of = [policy.render(policy_messages(e.public)) for e in envs]
     logger = start_logger(settings.logger, run, name=f"{settings.reward_name}-seed{tr.seed}",
-                          group=tr.experiment, config=resolved)
+                          group=tr.experiment_name, config=resolved)
     judge = None  # a frozen or other-policy judge keeps its stage-1 cache across iterations
     try:
         if state.last is None:  # iteration 0: the initial policy, so the audit can measure it

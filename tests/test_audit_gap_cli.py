@@ -71,7 +71,7 @@ def audit_cfg(ckpt, *extra):
 def experiment(tmp_path_factory, patched) -> Path:
     root = tmp_path_factory.mktemp("runs")
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[*TRAIN, f"output_root={root}", "experiment=tiny"])
+        cfg = compose("config", overrides=[*TRAIN, f"output_root={root}", "experiment_name=tiny"])
     train.run(cfg)
     return root / "tiny"
 

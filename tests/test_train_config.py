@@ -170,7 +170,7 @@ def test_wandb_run_per_seed_named_after_reward_and_seed(tmp_path, monkeypatch):
     calls = []
     fake = FakeRun()
     monkeypatch.setattr(wandb, "init", lambda **kw: calls.append(kw) or fake)
-    s = train_settings(composed("+policy=tiny-llama", "reward=anchored", "seed=2", "experiment=exp1"))
+    s = train_settings(composed("+policy=tiny-llama", "reward=anchored", "seed=2", "experiment_name=exp1"))
     logger = start_logger(s.logger, tmp_path, name="anchored-seed2", group="exp1", config={"seed": 2})
     logger.log({"judge/nan_rate": 0.0}, step=1)
     logger.finish()

@@ -8,8 +8,9 @@ only `env.public`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 Validity = Literal["valid", "invalid", "partially_valid"]
 Kind = Literal["impossible", "control"]
