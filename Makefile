@@ -29,7 +29,7 @@ DEMO := outputs/demo
 demo: install
 	$(PY) -m selfplay.envs data/mini > /dev/null
 	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=anchored,commit_first,blind_solve
-	$(PY) -m audit.gap ckpt=$(DEMO) n=4 max_new_tokens=48
+	$(PY) -m audit.gap ckpt=$(DEMO) n=2 max_envs=2 max_new_tokens=48
 	$(PY) -m audit.report $(DEMO)
 	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
 
