@@ -208,3 +208,26 @@ def test_cli_on_mini(mini_dir, capsys):
         out["train_audit"]["train"] + out["train_audit"]["audit"]
         == out["impossible"]["total"] + out["controls"]["total"]
     )
+
+
+def test_mini_loads_without_the_release_and_passes_the_release_schemas(mini_dir, release_dir):
+    """data/mini carries its own schema (the fields this code reads), so it loads on a machine
+    without the release; it must also pass the release's own, stricter schemas."""
+    assert find_schema_dir(mini_dir) == mini_dir / "schema"
+    own = load_release(mini_dir)
+    strict = load_release(mini_dir, schema_dir=release_dir / "schema")
+    assert [e.task_id for e in own] == [e.task_id for e in strict] and len(own) >= 18
+
+
+def test_mini_own_schema_rejects_a_missing_certificate(mini_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "mini"
+    shutil.copytree(mini_dir, copy)
+    victim = sorted((copy / "data").glob("*.json"))[0]
+    record = json.loads(victim.read_text())
+    del record["oracle_certificate"]
+    victim.write_text(json.dumps(record))
+    result = check_release(copy)
+    assert result.envs == [] and [(e.task_id, e.field) for e in result.errors] == [
+        (record["task_id"], "oracle_certificate")]

@@ -1,10 +1,13 @@
-"""The release's own JSON Schemas: where to find them and how their errors are reported.
+"""JSON Schemas of environment records: where to find them and how their errors are reported.
 
-The schemas are release data, so the project carries no copy. `find_schema_dir` looks, in order, at
+The release's schemas are release data, so the project carries no copy of them; the bundled
+`data/mini/schema/` is the project's own, smaller schema (the fields this code reads), so the mini
+set loads on a machine without the release (the tests also hold it to the release's schemas).
+`find_schema_dir` looks, in order, at
   1. the `schema_dir` the caller passes (CLI: `--schema-dir`),
-  2. `<data root>/schema/` (a release directory carries its schemas),
+  2. `<data root>/schema/` (a release directory and data/mini carry their schemas),
   3. `../shared/impossible_rubrics/schema/` next to this repository (where the release lies on a
-     development checkout; this is what validates the bundled `data/mini/`),
+     development checkout),
 and otherwise fails with a message saying which argument to pass. A directory counts only if it
 holds both schema files.
 """
