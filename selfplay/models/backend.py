@@ -53,3 +53,11 @@ class Backend(Protocol):
 
     def adapter_disabled(self) -> AbstractContextManager[None]:
         """Context in which the model runs as π_0 (LoRA off, no second copy)."""
+
+
+def check_sampling(n: int, temperature: float) -> None:
+    """The argument checks every backend's `sample` shares (one message for both backends)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (use greedy() for argmax), got {temperature}")

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, GenerationConfig
 
 from selfplay.models import chat
+from selfplay.models.backend import check_sampling
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import load_model
 
@@ -151,10 +152,7 @@ class HFBackend:
         seed: int,
         adapter: bool = True,
     ) -> list[list[str]]:
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 (use greedy() for argmax), got {temperature}")
+        check_sampling(n, temperature)
         gen = dict(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0, num_return_sequences=n)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):

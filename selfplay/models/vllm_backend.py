@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from selfplay.models import chat
+from selfplay.models.backend import check_sampling
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import checkpoint_dir, load_tokenizer
 
@@ -135,10 +136,7 @@ class VLLMBackend:
         seed: int,
         adapter: bool = True,
     ) -> list[list[str]]:
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 (use greedy() for argmax), got {temperature}")
+        check_sampling(n, temperature)
         params = [
             self._vllm.SamplingParams(n=n, temperature=float(temperature), max_tokens=max_new_tokens, seed=seed + i)
             for i in range(len(prompts))
