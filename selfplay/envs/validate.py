@@ -7,7 +7,10 @@ one fault yields one error rather than a cascade. Our checks:
   - every fixed stress answer has a known label (`valid` / `invalid` / `partially_valid`), non-empty
     text and a unique `answer_id`;
   - exactly one reference answer r(e) (SPEC §2): an `honest` answer labelled `valid` (impossible) or a
-    `correct_grounded` answer labelled `valid` (control).
+    `correct_grounded` answer labelled `valid` (control). A record may hold several valid answers of
+    that type (a paraphrase of r(e), worded differently); then r(e) is the one whose `answer_id`
+    equals the type (`honest` / `correct_grounded`) — the release's control schema admits only three
+    answer types, so a control's paraphrase must share `correct_grounded`.
 Uniqueness of `task_id` across files is a property of a whole load and lives in `load.py`.
 """
 
@@ -85,18 +88,28 @@ def own_errors(record: Mapping[str, Any], kind: Kind) -> list[tuple[str, str]]:
             )
         seen_answers.add(ans.get("answer_id"))
     want = REFERENCE_TYPES[kind]
-    refs = [
-        a for a in answers if a.get("answer_type") == want and a.get("oracle_validity") == "valid"
-    ]
+    refs = reference_candidates(answers, want)
     if len(refs) != 1:
         errs.append(
             (
                 "fixed_stress_answers",
                 f"expected exactly one reference answer (answer_type {want!r}, oracle_validity "
-                f"'valid'), found {len(refs)}",
+                f"'valid', answer_id {want!r} when there are several), found {len(refs)}",
             )
         )
     return errs
+
+
+def reference_candidates(answers, want: str) -> list:
+    """The answers that qualify as r(e): valid ones of type `want`, narrowed by answer_id when several."""
+    def get(a, key):
+        return a.get(key) if isinstance(a, Mapping) else getattr(a, key)
+
+    valid = [a for a in answers if get(a, "answer_type") == want
+             and get(a, "oracle_validity" if isinstance(a, Mapping) else "validity") == "valid"]
+    if len(valid) > 1:
+        valid = [a for a in valid if get(a, "answer_id") == want]
+    return valid
 
 
 def record_errors(record: Any, kind: Kind, schemas: Schemas) -> list[tuple[str, str]]:
@@ -125,7 +138,7 @@ def build_environment(record: Mapping[str, Any], kind: Kind, source: str) -> Env
         for a in record["fixed_stress_answers"]
     )
     want = REFERENCE_TYPES[kind]
-    (reference,) = (a for a in answers if a.answer_type == want and a.validity == "valid")
+    (reference,) = reference_candidates(answers, want)
     return Environment(
         public=public,
         kind=kind,
