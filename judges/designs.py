@@ -25,6 +25,7 @@ from selfplay.models.backend import Backend
 from . import prompts as P
 from . import scoring
 from .base import Judge, JudgeItem, Verdict
+from .decisive import decisive
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,10 @@ def generic(backend: Backend, **kw) -> TemplateJudge:
     return TemplateJudge(Design("generic", pairwise=False, fixed_criteria=P.GENERIC_RUBRIC), backend, **kw)
 
 
-JUDGES: dict[str, Callable[..., TemplateJudge]] = {
+JUDGES: dict[str, Callable[..., Judge]] = {
     f.__name__: f for f in (anchored, commit_first, blind_solve, rubric, generic)
 }
+JUDGES["decisive"] = decisive  # the no-model positive control (judges/decisive.py)
 
 
 def build_judge(name: str, backend: Backend, *, adapter: bool = True, identity: str = "",
@@ -198,4 +200,6 @@ def build_judge(name: str, backend: Backend, *, adapter: bool = True, identity: 
     """The judge `name` on `backend`; `adapter=False` runs it with the LoRA adapter off (judge.model=frozen)."""
     if name not in JUDGES:
         raise ValueError(f"unknown reward {name!r}; choose one of {sorted(JUDGES)}")
+    if name == "decisive":
+        return JUDGES[name](backend, adapter=adapter, identity=identity, params=params)
     return JUDGES[name](backend, adapter=adapter, identity=identity, params=JudgeParams.from_mapping(name, params))
