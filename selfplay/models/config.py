@@ -37,6 +37,11 @@ class PolicyConfig:
     enable_thinking: Qwen3 only; off renders an empty think block so the model answers directly.
     dtype: "auto" = bfloat16 on CUDA and float32 on CPU; otherwise forced.
     max_context: prompt + completion token budget; longer prompts are rejected, never truncated.
+    sft_base: a warm start (`python -m selfplay.sft NAME`): the base policy config name whose weights
+        a short LoRA SFT on `sft_data`'s `sft_split` valid answers modifies, merged and cached; the
+        template fields must equal the base's.
+    sft_data: environment directory of the warm start, relative to the repository root.
+    sft_split: the split whose valid answers are learnt; only "train" (the audit split is held out).
     """
 
     name: str
@@ -49,6 +54,9 @@ class PolicyConfig:
     enable_thinking: bool = False
     dtype: str = "auto"
     max_context: int = 4096
+    sft_base: str | None = None
+    sft_data: str = "data/mini"
+    sft_split: str = "train"
 
     def __post_init__(self) -> None:
         where = f"policy config {self.name!r}"
@@ -58,11 +66,11 @@ class PolicyConfig:
             raise ValueError(f"{where}: chat_template {self.chat_template!r} not in {CHAT_TEMPLATES}")
         if (self.gguf_package is None) != (self.gguf_file is None):
             raise ValueError(f"{where}: gguf_package and gguf_file go together")
-        sources = [s for s in ("hf_id", "gguf_file", "tiny_arch") if getattr(self, s) is not None]
+        sources = [s for s in ("hf_id", "gguf_file", "tiny_arch", "sft_base") if getattr(self, s) is not None]
         if len(sources) != 1:
             raise ValueError(
-                f"{where}: give exactly one weight source (hf_id, gguf_package+gguf_file or "
-                f"tiny_arch), got {sources or 'none'}"
+                f"{where}: give exactly one weight source (hf_id, gguf_package+gguf_file, "
+                f"tiny_arch or sft_base), got {sources or 'none'}"
             )
         if self.tiny_arch is not None and self.tiny_arch not in TINY_ARCHS:
             raise ValueError(f"{where}: tiny_arch {self.tiny_arch!r} not in {TINY_ARCHS}")

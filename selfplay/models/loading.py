@@ -8,6 +8,9 @@
 - Hub ids (Qwen3, Gemma 3): `from_pretrained`; when the files are neither cached nor reachable,
   `ModelUnavailableError` says how to get them.
 - Tiny random models (`tiny_arch`): a 2-layer model from config, float32, sharing the SmolLM2 tokenizer.
+- Warm starts (`sft_base`): a checkpoint that `python -m selfplay.sft NAME` trained and cached; this
+  module only finds it (a missing or stale one is a `ModelUnavailableError` naming that command), so the
+  models layer never imports the training code.
 
 Cache: `$SELFPLAY_CACHE` or the user cache dir (`platformdirs`), one folder per policy name with
 `tokenizer/` and `model/` (a complete HF checkpoint, tokenizer included). Each is written to a
@@ -125,6 +128,38 @@ def checkpoint_dir(cfg: PolicyConfig) -> Path:
     return _cached(cache_root() / cfg.name / "model", _source_stamp(cfg), lambda out: _build_gguf_checkpoint(cfg, out))
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def sft_data_dir(cfg: PolicyConfig) -> Path:
+    path = Path(cfg.sft_data)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def data_digest(cfg: PolicyConfig) -> str:
+    """sha256 over the warm start's environment and split files (names and bytes), so a checkpoint
+    trained on other data is never taken for this one."""
+    import hashlib
+
+    root = sft_data_dir(cfg)
+    h = hashlib.sha256()
+    for path in sorted(p for sub in ("data", "data_control", "splits") for p in (root / sub).glob("*.json")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def sft_checkpoint_dir(cfg: PolicyConfig) -> Path:
+    """The cached warm-start checkpoint; refuses a missing one or one trained on other data."""
+    folder = cache_root() / cfg.name / "model"
+    stamp = folder / "source.json"
+    command = f"python -m selfplay.sft {cfg.name}"
+    if not stamp.is_file():
+        raise ModelUnavailableError(f"policy {cfg.name!r} is a warm start that has not been built: run `{command}` (make warm-start)")
+    if json.loads(stamp.read_text()).get("data_sha256") != data_digest(cfg):
+        raise ModelUnavailableError(f"policy {cfg.name!r}: the cached warm start was trained on other data than {sft_data_dir(cfg)}; rerun `{command} --force`")
+    return folder
+
+
 def _hub_error(cfg: PolicyConfig, err: Exception) -> ModelUnavailableError:
     hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
     gated = " (Gemma is gated: accept its licence on the hub and `huggingface-cli login` first)" if "gemma" in cfg.hf_id.lower() else ""
@@ -145,6 +180,8 @@ def load_tokenizer(cfg: PolicyConfig):
         template = FAMILY_TEMPLATES[cfg.chat_template]
         if template is not None:
             tok.chat_template = template
+    elif cfg.sft_base is not None:
+        return load_tokenizer(PolicyConfig.named(cfg.sft_base))
     elif cfg.gguf_file is not None:
         stamp = _source_stamp(cfg)
         model_dir = cache_root() / cfg.name / "model"
@@ -211,8 +248,8 @@ def load_model(cfg: PolicyConfig, device: str | torch.device | None = None, dtyp
     if cfg.tiny_arch is not None:
         model, tok = tiny_model(cfg.tiny_arch, chat_template=cfg.chat_template)
         return model.to(device=device, dtype=dtype), tok
-    if cfg.gguf_file is not None:
-        folder = checkpoint_dir(cfg)
+    if cfg.gguf_file is not None or cfg.sft_base is not None:
+        folder = checkpoint_dir(cfg) if cfg.gguf_file is not None else sft_checkpoint_dir(cfg)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     else:
         try:
