@@ -7,6 +7,10 @@ Rule (SPEC §5), for the k scores of one environment:
   and the latest as rejected, so the choice depends only on the scores, never on dict or sort order;
 - margin = chosen - rejected; margin 0 -> no pair ("tie"), margin < δ -> no pair ("margin");
 - chosen and rejected texts equal -> no pair ("identical"): DPO gets no signal from it.
+- a truncated sample (no end-of-turn within `max_new_tokens`) is left out of pairing altogether, never
+  kept with an end token appended: TRL ends every chosen/rejected text with EOS, so a cut-off answer
+  would teach the policy to stop where it never stopped. Pairs are formed among the finished samples;
+  fewer than two finished -> no pair ("truncated").
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DROP_REASONS = ("nan", "tie", "margin", "identical")
+DROP_REASONS = ("nan", "tie", "margin", "identical", "truncated")
 
 
 @dataclass(frozen=True)
@@ -74,15 +78,21 @@ def build_pairs(
     answers: Sequence[Sequence[str]],
     scores: Sequence[Sequence[float | None]],
     margin: float,
+    truncated: Sequence[Sequence[bool]] | None = None,
 ) -> tuple[list[Pair], PairCounts, list[str | None]]:
-    """One pair per environment where the rule allows; also the drop reason per environment (None = kept)."""
+    """One pair per environment where the rule allows; also the drop reason per environment (None = kept).
+    `truncated[e][i]` marks sample i of environment e as cut off (default: none is)."""
     if not (len(task_ids) == len(prompts) == len(answers) == len(scores)):
         raise ValueError("task_ids, prompts, answers and scores must have one entry per environment")
+    truncated = truncated if truncated is not None else [[False] * len(a) for a in answers]
     pairs, reasons = [], []
-    for tid, prompt, texts, env_scores in zip(task_ids, prompts, answers, scores, strict=True):
-        if len(texts) != len(env_scores):
-            raise ValueError(f"{tid}: {len(texts)} answers but {len(env_scores)} scores")
-        picked = select_pair(env_scores, margin)
+    for tid, prompt, texts, env_scores, cut in zip(task_ids, prompts, answers, scores, truncated, strict=True):
+        if not (len(texts) == len(env_scores) == len(cut)):
+            raise ValueError(f"{tid}: {len(texts)} answers, {len(env_scores)} scores, {len(cut)} truncation flags")
+        keep = [i for i in range(len(texts)) if not cut[i]]
+        picked = "truncated" if len(keep) < 2 else select_pair([env_scores[i] for i in keep], margin)
+        if isinstance(picked, tuple):
+            picked = (keep[picked[0]], keep[picked[1]])
         if isinstance(picked, tuple) and texts[picked[0]] == texts[picked[1]]:
             picked = "identical"
         if isinstance(picked, str):

@@ -356,3 +356,24 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
 
     monkeypatch.setenv("SELFPLAY_CACHE", str(tmp_path))
     assert cache_root() == tmp_path
+
+
+def test_sample_marks_completions_cut_at_the_token_budget(monkeypatch):
+    """Scripted generate: sample 0 writes two tokens then EOS (then pads with EOS), sample 1 uses all
+    three tokens without EOS. Only sample 1 is truncated; the text of both is the decoded tokens."""
+    from selfplay.models.backend import Completion, is_truncated
+
+    b = make_backend("llama")
+    eos = b.tokenizer.eos_token_id
+    word = b.tokenizer("hello", add_special_tokens=False)["input_ids"][0]
+    scripted = torch.tensor([[word, word, eos], [word, word, word]])
+
+    def generate(input_ids, attention_mask, generation_config):
+        assert generation_config.max_new_tokens == 3
+        return torch.cat([input_ids, scripted[: input_ids.shape[0]]], dim=1)
+
+    monkeypatch.setattr(b.model, "generate", generate)
+    (out,) = b.sample([judge_prompts(b)[5]], n=2, temperature=1.0, max_new_tokens=3, seed=0)
+    assert all(isinstance(c, Completion) for c in out)
+    assert [is_truncated(c) for c in out] == [False, True]
+    assert out[0] == b.tokenizer.decode([word, word]) and not is_truncated("plain text")

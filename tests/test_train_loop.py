@@ -106,7 +106,7 @@ def test_two_iterations_write_every_artifact(run_a):
         m = metrics["metrics"]
         assert metrics["iteration"] == t
         assert m["pairs/envs"] == 3 and m["pairs/kept"] == len(pairs)
-        assert len(pairs) + sum(m[f"pairs/dropped_{r}"] for r in ("nan", "tie", "margin", "identical")) == 3
+        assert len(pairs) + sum(m[f"pairs/dropped_{r}"] for r in ("nan", "tie", "margin", "identical", "truncated")) == 3
         assert set(metrics["pair_drops"]) == {g["task_id"] for g in gens} - {p["task_id"] for p in pairs}
         scores = {(j["task_id"], j["index"]): j["score"] for j in judg}
         for p in pairs:

@@ -48,14 +48,32 @@ def test_build_pairs_counts_every_reason_and_keeps_texts():
     assert math.isclose(pairs[0].margin, 0.6)
     assert reasons == [None, "tie", "nan", "identical"]
     assert counts.envs == 4 and counts.pairs == 1
-    assert counts.dropped == {"nan": 1, "tie": 1, "margin": 0, "identical": 1}
+    assert counts.dropped == {"nan": 1, "tie": 1, "margin": 0, "identical": 1, "truncated": 0}
     assert set(counts.dropped) == set(DROP_REASONS)
     m = counts.as_metrics()
     assert m["pairs/kept"] == 1.0 and m["pairs/kept_rate"] == 0.25 and m["pairs/dropped_nan"] == 1.0
 
 
 def test_build_pairs_rejects_misaligned_inputs():
-    with pytest.raises(ValueError, match="2 answers but 3 scores"):
+    with pytest.raises(ValueError, match="2 answers, 3 scores"):
         build_pairs(["t"], ["p"], [["a", "b"]], [[0.1, 0.2, 0.3]], margin=0.0)
     with pytest.raises(ValueError, match="one entry per environment"):
         build_pairs(["t", "u"], ["p"], [["a", "b"]], [[0.1, 0.2]], margin=0.0)
+
+
+def test_truncated_samples_are_left_out_of_pairing():
+    """Scores 0.9 (truncated), 0.6, 0.2, 0.95 (truncated): among the finished ones 0.6 beats 0.2, so
+    the pair is (1, 2) although the highest-scored sample overall is index 3."""
+    pairs, counts, reasons = build_pairs(
+        ["e1", "e2"], ["p1", "p2"], [["a", "b", "c", "d"], ["x", "y"]],
+        [[0.9, 0.6, 0.2, 0.95], [0.9, 0.1]], 0.1,
+        truncated=[[True, False, False, True], [True, False]],
+    )
+    assert [(p.chosen_index, p.rejected_index) for p in pairs] == [(1, 2)]
+    assert (pairs[0].chosen, pairs[0].rejected) == ("b", "c")
+    assert reasons == [None, "truncated"] and counts.dropped["truncated"] == 1
+
+
+def test_truncation_flags_must_match_the_answers():
+    with pytest.raises(ValueError, match="truncation flags"):
+        build_pairs(["e1"], ["p"], [["a", "b"]], [[0.1, 0.9]], 0.0, truncated=[[False]])

@@ -14,6 +14,31 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 
+class Completion(str):
+    """A generated answer: the decoded text, plus whether generation stopped on its own.
+
+    `finished` is False when the model produced no end-of-turn within `max_new_tokens` (a truncated
+    sample). A `str` subclass so every caller that only wants text keeps working; the training loop
+    reads `finished` to keep truncated samples out of DPO pairs, where TRL would otherwise append an
+    end token the policy never wrote.
+    """
+
+    finished: bool
+
+    def __new__(cls, text: str, finished: bool = True) -> Completion:
+        obj = super().__new__(cls, text)
+        obj.finished = bool(finished)
+        return obj
+
+    def __reduce__(self):  # pickling (multiprocessing) keeps the flag
+        return (Completion, (str(self), self.finished))
+
+
+def is_truncated(text: str) -> bool:
+    """True for a Completion that hit the token budget; plain strings count as finished."""
+    return not getattr(text, "finished", True)
+
+
 @runtime_checkable
 class Backend(Protocol):
     name: str  # policy config name, e.g. "smollm2-135m"
@@ -55,9 +80,16 @@ class Backend(Protocol):
         """Context in which the model runs as π_0 (LoRA off, no second copy)."""
 
 
-def check_sampling(n: int, temperature: float) -> None:
+MAX_TEMPERATURE = 2.0  # vLLM refuses more; the HF backend keeps the same range so both accept one set
+
+
+def check_sampling(n: int, temperature: float, max_new_tokens: int) -> None:
     """The argument checks every backend's `sample` shares (one message for both backends)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 (use greedy() for argmax), got {temperature}")
+    if not temperature <= MAX_TEMPERATURE:
+        raise ValueError(f"temperature must be <= {MAX_TEMPERATURE}, got {temperature}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, GenerationConfig
 
 from selfplay.models import chat
-from selfplay.models.backend import check_sampling
+from selfplay.models.backend import Completion, check_sampling
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import load_model
 
@@ -152,12 +152,12 @@ class HFBackend:
         seed: int,
         adapter: bool = True,
     ) -> list[list[str]]:
-        check_sampling(n, temperature)
+        check_sampling(n, temperature, max_new_tokens)
         gen = dict(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0, num_return_sequences=n)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
-            flat = self._generate(prompts, max_new_tokens, gen, per_batch=max(1, self.batch_size // n))
+            flat = self._generate(prompts, max_new_tokens, gen, max(1, self.batch_size // n), adapter)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def greedy(self, prompts: Sequence[str], *, max_new_tokens: int, adapter: bool = True) -> list[str]:
@@ -308,7 +308,11 @@ class HFBackend:
             for batch in self._batches(range(len(ids)), "generate", per_batch):
                 input_ids, attention = self._left_pad([ids[i] for i in batch])
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
-                texts += self.tokenizer.batch_decode(out[:, input_ids.shape[1] :], skip_special_tokens=True)
+                new = out[:, input_ids.shape[1] :]
+                stops = torch.tensor(sorted({eos} if isinstance(eos, int) else set(eos)), device=new.device)
+                finished = torch.isin(new, stops).any(dim=1).tolist()
+                decoded = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+                texts += [Completion(t, f) for t, f in zip(decoded, finished, strict=True)]
         return texts
 
     def _last_logits_plain(self, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
