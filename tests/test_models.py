@@ -369,8 +369,8 @@ def test_sample_marks_completions_cut_at_the_token_budget(monkeypatch):
     scripted = torch.tensor([[word, word, eos], [word, word, word]])
 
     def generate(input_ids, attention_mask, generation_config):
-        assert generation_config.max_new_tokens == 3
-        return torch.cat([input_ids, scripted[: input_ids.shape[0]]], dim=1)
+        assert generation_config.max_new_tokens == 3 and generation_config.num_return_sequences == 2
+        return torch.cat([input_ids.repeat_interleave(2, dim=0), scripted], dim=1)
 
     monkeypatch.setattr(b.model, "generate", generate)
     (out,) = b.sample([judge_prompts(b)[5]], n=2, temperature=1.0, max_new_tokens=3, seed=0)
