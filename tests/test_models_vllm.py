@@ -1,8 +1,12 @@
 """VLLMBackend's request/response translation, against a fake `vllm` module defined here.
 
-vLLM needs a GPU, so these tests are all the checking `vllm_backend.py` gets on a CPU: what we send
-(`prompt_token_ids`, `SamplingParams` fields, `LoRARequest`, engine arguments) and how we read the
-replies. The fake's log-probs are a known function of the request, so expected values are exact:
+The fake refuses what vLLM 0.32 refuses (read from its source: `SamplingParams._verify_args` and
+`_validate_logprobs`, the input processor's length check, `LoRAConfig.max_lora_rank`), seeds sample j
+of a request `seed + j` as vLLM's parallel sampling does, and compares `LoRARequest`s by name as vLLM
+does, so a request real vLLM would refuse fails here too. tests/vllm_real/ runs the same backend on
+the real CPU build; these tests keep what that build cannot show (sleep/wake, CUDA engine args).
+
+The fake's log-probs are a known function of the request, so expected values are exact:
   next token t after a prompt of L tokens:  -(t + L) / 100
   prompt token at position j (j >= 1):      -(token_j + j) / 100
 """
@@ -10,6 +14,7 @@ replies. The fake's log-probs are a known function of the request, so expected v
 from __future__ import annotations
 
 import importlib.machinery
+import math
 import sys
 import types
 from contextlib import contextmanager
@@ -21,7 +26,9 @@ import pytest
 from selfplay.models import LoraSettings, PolicyConfig, load_backend
 from selfplay.models.loading import load_tokenizer
 
-VOCAB = 300  # the fake engine's vocabulary when asked for all of it
+VOCAB = 49152  # SmolLM2's vocabulary, which the tiny models' tokenizer shares
+MAX_LOGPROB_TOKEN_IDS = 128
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 @dataclass
@@ -35,6 +42,7 @@ class Logprob:
 class CompletionOutput:
     text: str
     logprobs: list | None = None
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -43,15 +51,26 @@ class RequestOutput:
     prompt_logprobs: list | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class LoRARequest:
     lora_name: str
     lora_int_id: int
-    lora_path: str
+    lora_path: str = ""
+
+    def __post_init__(self):
+        if self.lora_int_id < 1:
+            raise ValueError(f"id must be > 0, got {self.lora_int_id}")
+        assert self.lora_path, "lora_path cannot be empty"
+
+    def __eq__(self, other):  # vLLM identifies adapters across engines by name alone
+        return isinstance(other, LoRARequest) and self.lora_name == other.lora_name
+
+    def __hash__(self):
+        return hash(self.lora_name)
 
 
 @dataclass
-class NewSamplingParams:
+class SamplingParams:
     n: int = 1
     temperature: float = 1.0
     max_tokens: int | None = 16
@@ -59,6 +78,16 @@ class NewSamplingParams:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     logprob_token_ids: list[int] | None = None
+
+    def __post_init__(self):  # vLLM's _verify_args, the parts our requests can reach
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}.")
+        if not math.isfinite(self.temperature) or not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}.")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.logprobs is not None and self.logprobs != -1 and self.logprobs < 0:
+            raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}.")
 
 
 @dataclass
@@ -71,16 +100,54 @@ class OldSamplingParams:  # a release without `logprob_token_ids`
     prompt_logprobs: int | None = None
 
 
+@dataclass
+class ModelConfig:
+    max_model_len: int
+    max_logprobs: int = 20
+    vocab_size: int = VOCAB
+
+    def get_vocab_size(self):
+        return self.vocab_size
+
+
 class FakeLLM:
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
+    def __init__(self, max_model_len=4096, max_logprobs=20, max_lora_rank=16, enable_lora=True, **kwargs):
+        if max_lora_rank not in LORA_RANKS:  # vLLM's LoRAConfig refuses the engine
+            raise ValueError(f"max_lora_rank {max_lora_rank} not in {LORA_RANKS}")
+        self.kwargs = dict(kwargs, max_model_len=max_model_len, max_lora_rank=max_lora_rank, enable_lora=enable_lora)
+        self.llm_engine = types.SimpleNamespace(model_config=ModelConfig(max_model_len, max_logprobs))
         self.calls: list[dict] = []
         self.events: list[tuple] = []
 
     def generate(self, prompts, sampling_params, use_tqdm=True, lora_request=None):
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError("The lengths of prompts and sampling_params must be the same.")
+        if lora_request is not None and not self.kwargs["enable_lora"]:
+            raise ValueError("LoRA is not enabled")
+        for p, sp in zip(prompts, params, strict=True):
+            self._validate(p["prompt_token_ids"], sp)
         self.calls.append(dict(prompts=prompts, params=params, lora=lora_request))
         return [self._reply(p["prompt_token_ids"], sp, lora_request) for p, sp in zip(prompts, params, strict=True)]
+
+    def _validate(self, ids, sp):
+        config = self.llm_engine.model_config
+        max_logprobs = config.vocab_size if config.max_logprobs == -1 else config.max_logprobs
+        if sp.logprobs:
+            asked = config.vocab_size if sp.logprobs == -1 else sp.logprobs
+            if asked > max_logprobs:
+                raise ValueError(f"Requested sample logprobs of {asked}, which is greater than max allowed: {max_logprobs}")
+        token_ids = getattr(sp, "logprob_token_ids", None)
+        if token_ids is not None:
+            if len(token_ids) > MAX_LOGPROB_TOKEN_IDS:
+                raise ValueError(f"Requested logprob_token_ids of length {len(token_ids)}, which is greater than max allowed")
+            if [t for t in token_ids if not 0 <= t < config.vocab_size]:
+                raise ValueError("logprob_token_ids contain out-of-vocab token ids")
+            if sp.logprobs is not None and sp.logprobs != len(token_ids):
+                raise ValueError("When both logprobs and logprob_token_ids are set, logprobs must equal len(logprob_token_ids)")
+        if len(ids) >= config.max_model_len:
+            raise ValueError(f"The decoder prompt (length {len(ids)}) plus the number of requested output tokens "
+                             f"(at least 1) is longer than the maximum model length of {config.max_model_len}.")
 
     def _reply(self, ids, sp, lora):
         def step(tokens):
@@ -89,12 +156,11 @@ class FakeLLM:
         lora_id = lora.lora_int_id if lora else 0
         outs = []
         for j in range(sp.n):
-            logprobs = None
-            if getattr(sp, "logprob_token_ids", None):
-                logprobs = [step([7, *sp.logprob_token_ids])]  # the sampled token comes too
-            elif sp.logprobs == -1:
-                logprobs = [step(range(VOCAB))]
-            outs.append(CompletionOutput(f"len{len(ids)}-seed{sp.seed}-j{j}-lora{lora_id}", logprobs))
+            seed = None if sp.seed is None else sp.seed + j  # vLLM's child requests for n > 1
+            logprobs = [step([7, *sp.logprob_token_ids])] if getattr(sp, "logprob_token_ids", None) else None
+            # even prompt lengths "stop" on an end token, odd ones run out of tokens
+            finish = "stop" if len(ids) % 2 == 0 else "length"
+            outs.append(CompletionOutput(f"len{len(ids)}-seed{seed}-lora{lora_id}", logprobs, finish))
         prompt_logprobs = None
         if sp.prompt_logprobs is not None:
             prompt_logprobs = [None] + [{t: Logprob(-(t + j) / 100)} for j, t in enumerate(ids) if j >= 1]
@@ -107,7 +173,7 @@ class FakeLLM:
         self.events.append(("wake_up",))
 
 
-def install_fake_vllm(monkeypatch, params_cls) -> types.ModuleType:
+def install_fake_vllm(monkeypatch, params_cls=SamplingParams) -> types.ModuleType:
     vllm = types.ModuleType("vllm")
     vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
     vllm.LLM, vllm.SamplingParams = FakeLLM, params_cls
@@ -147,56 +213,92 @@ def tokenizer():
     return load_tokenizer(PolicyConfig.named("tiny-qwen3"))
 
 
-def make(monkeypatch, tokenizer, params_cls=NewSamplingParams, trainable=None):
-    install_fake_vllm(monkeypatch, params_cls)
+def make(monkeypatch, tokenizer, trainable=None, **engine):
+    install_fake_vllm(monkeypatch)
     from selfplay.models.vllm_backend import VLLMBackend
 
-    return VLLMBackend(FakeLLM(), tokenizer, CFG, trainable=trainable, progress=False)
+    return VLLMBackend(FakeLLM(**engine), tokenizer, CFG, trainable=trainable, progress=False)
 
 
 def encode(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def test_sample_sends_token_ids_and_per_prompt_seeds(monkeypatch, tokenizer):
+def test_sample_sends_token_ids_and_seeds_that_never_collide(monkeypatch, tokenizer):
+    """Prompt i goes out with seed 10 + 3i, so vLLM's per-sample seeds are 10..18, one per (i, j):
+    with seed 10 + i, prompt 0's sample 1 and prompt 1's sample 0 would both draw with seed 11."""
     b = make(monkeypatch, tokenizer)
-    prompts = ["<|im_start|>user\nhello<|im_end|>\n", "two words"]
-    out = b.sample(prompts, n=2, temperature=0.7, max_new_tokens=5, seed=10)
+    prompts = ["<|im_start|>user\nhello<|im_end|>\n", "three words here", "three words here"]
+    out = b.sample(prompts, n=3, temperature=0.7, max_new_tokens=5, seed=10)
     call = b.llm.calls[-1]
     assert call["prompts"] == [{"prompt_token_ids": encode(tokenizer, p)} for p in prompts]
-    assert [(p.n, p.temperature, p.max_tokens, p.seed) for p in call["params"]] == [(2, 0.7, 5, 10), (2, 0.7, 5, 11)]
+    assert [(p.n, p.temperature, p.max_tokens, p.seed) for p in call["params"]] == [(3, 0.7, 5, s) for s in (10, 13, 16)]
     assert call["lora"] is None  # no adapter saved yet: the fresh adapter is a no-op
-    n0, n1 = (len(encode(tokenizer, p)) for p in prompts)
-    assert out == [[f"len{n0}-seed10-j0-lora0", f"len{n0}-seed10-j1-lora0"], [f"len{n1}-seed11-j0-lora0", f"len{n1}-seed11-j1-lora0"]]
+    n0, n1, _ = (len(encode(tokenizer, p)) for p in prompts)
+    assert out[0] == [f"len{n0}-seed{s}-lora0" for s in (10, 11, 12)]
+    assert out[2] == [f"len{n1}-seed{s}-lora0" for s in (16, 17, 18)]
+    flat = [t for texts in out for t in texts]
+    assert len(set(flat)) == 9  # the repeated prompt too gets samples of its own
+    assert [[t.finished for t in texts] for texts in out] == [[n % 2 == 0] * 3 for n in (n0, n1, n1)]
+    assert {n0 % 2, n1 % 2} == {0, 1}  # both finish reasons are read
 
 
 def test_greedy_is_temperature_zero(monkeypatch, tokenizer):
     b = make(monkeypatch, tokenizer)
-    assert b.greedy(["abc"], max_new_tokens=3) == [f"len{len(encode(tokenizer, 'abc'))}-seedNone-j0-lora0"]
+    assert b.greedy(["abc"], max_new_tokens=3) == [f"len{len(encode(tokenizer, 'abc'))}-seedNone-lora0"]
     (p,) = b.llm.calls[-1]["params"]
     assert (p.n, p.temperature, p.max_tokens) == (1, 0.0, 3)
 
 
-@pytest.mark.parametrize("params_cls", [NewSamplingParams, OldSamplingParams], ids=["token-ids", "full-vocab"])
-def test_next_token_logprobs_read_back_in_request_order(monkeypatch, tokenizer, params_cls):
-    b = make(monkeypatch, tokenizer, params_cls)
+def test_next_token_logprobs_read_back_in_request_order(monkeypatch, tokenizer):
+    b = make(monkeypatch, tokenizer)
     prompts = ["a b c", "a longer prompt here"]
     got = b.next_token_logprobs(prompts, [40, 3, 40])
     lengths = [len(encode(tokenizer, p)) for p in prompts]
     expected = [[-(t + n) / 100 for t in (40, 3, 40)] for n in lengths]
     np.testing.assert_allclose(got, expected)
     (p, _) = b.llm.calls[-1]["params"]
-    assert (p.max_tokens, p.temperature) == (1, 0.0)
-    if params_cls is NewSamplingParams:
-        assert p.logprob_token_ids == [3, 40] and p.logprobs is None
-    else:
-        assert p.logprobs == -1
+    assert (p.max_tokens, p.temperature, p.logprob_token_ids, p.logprobs) == (1, 0.0, [3, 40], None)
 
 
-def test_missing_token_in_reply_is_an_error(monkeypatch, tokenizer):
-    b = make(monkeypatch, tokenizer, OldSamplingParams)
-    with pytest.raises(RuntimeError, match=r"no log-prob for tokens \[5000\]"):
-        b.next_token_logprobs(["x y"], [1, 5000])
+def test_more_token_ids_than_one_request_holds_go_out_in_chunks(monkeypatch, tokenizer):
+    """300 distinct ids: vLLM takes at most 128 a request, so three requests of 128, 128 and 44."""
+    b = make(monkeypatch, tokenizer)
+    ids = list(range(1000, 1300))[::-1]
+    got = b.next_token_logprobs(["x y"], ids)
+    n = len(encode(tokenizer, "x y"))
+    np.testing.assert_allclose(got, [[-(t + n) / 100 for t in ids]])
+    assert [len(c["params"][0].logprob_token_ids) for c in b.llm.calls] == [128, 128, 44]
+
+
+def test_out_of_vocabulary_ids_are_our_error_not_vllms(monkeypatch, tokenizer):
+    b = make(monkeypatch, tokenizer)
+    with pytest.raises(ValueError, match=rf"ids in \[0, {VOCAB}\), bad: \[{VOCAB}, -1\]"):
+        b.next_token_logprobs(["x y"], [1, VOCAB, -1])
+    with pytest.raises(ValueError, match="token_ids"):
+        b.next_token_logprobs(["x"], [])
+    assert b.llm.calls == []
+
+
+def test_the_fake_refuses_what_vllm_refuses(monkeypatch):
+    """The requests the old backend sent: the whole-vocabulary fallback without max_logprobs=-1,
+    both logprobs and logprob_token_ids of another length, more than 128 ids, temperature above 2,
+    no new tokens, a rank vLLM does not serve."""
+    llm = FakeLLM()
+    prompt = [{"prompt_token_ids": [1, 2]}]
+    for params in [SamplingParams(max_tokens=1, logprobs=-1), SamplingParams(logprobs=1, logprob_token_ids=[3, 4]),
+                   SamplingParams(logprob_token_ids=list(range(129))), SamplingParams(logprob_token_ids=[VOCAB])]:
+        with pytest.raises(ValueError):
+            llm.generate(prompt, params)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=2.5)
+    with pytest.raises(ValueError, match="max_tokens"):
+        SamplingParams(max_tokens=0)
+    with pytest.raises(ValueError, match="max_lora_rank"):
+        FakeLLM(max_lora_rank=4)
+    with pytest.raises(ValueError, match="maximum model length"):
+        FakeLLM(max_model_len=2).generate(prompt, SamplingParams())
+    assert LoRARequest("a", 1, "/x") == LoRARequest("a", 2, "/y") != LoRARequest("b", 1, "/x")
 
 
 def test_sequence_logprobs_sum_the_completion_prompt_logprobs(monkeypatch, tokenizer):
@@ -210,29 +312,56 @@ def test_sequence_logprobs_sum_the_completion_prompt_logprobs(monkeypatch, token
     assert call["params"][0].prompt_logprobs == 0
 
 
+def test_lengths_are_checked_against_the_engines_max_model_len(monkeypatch, tokenizer):
+    """Engine of 12 tokens: a 4-word prompt (4 tokens) may generate 8 but not 9; prompt + completion
+    may fill 11 tokens (vLLM generates one more) but not 12."""
+    b = make(monkeypatch, tokenizer, max_model_len=12)
+    prompt = " a b c d"
+    assert len(encode(tokenizer, prompt)) == 4
+    b.greedy([prompt], max_new_tokens=8)
+    with pytest.raises(ValueError, match=r"prompt 0 is 4 tokens \(\+9 to generate\) > the vLLM engine's max_model_len 12"):
+        b.greedy([prompt], max_new_tokens=9)
+    assert len(encode(tokenizer, prompt + " e f g h i j k")) == 11
+    b.sequence_logprobs([prompt], [" e f g h i j k"])
+    with pytest.raises(ValueError, match=r"prompt 0 \+ completion is 12 tokens \(\+1 to generate\) > the vLLM engine"):
+        b.sequence_logprobs([prompt], [" e f g h i j k l"])
+    with pytest.raises(ValueError, match="max_context"):  # the policy's own budget holds too
+        make(monkeypatch, tokenizer, max_model_len=100_000).greedy(["word " * 9000], max_new_tokens=2)
+
+
 def test_adapter_versions_and_switching(monkeypatch, tokenizer, tmp_path):
+    """vLLM compares LoRA requests by name and caches adapters by id: every saved or loaded adapter
+    goes out under a new name and id, with its own path."""
     trainable = FakeTrainable()
     b = make(monkeypatch, tokenizer, trainable=trainable)
     assert b.model == "peft-model"
+
+    def sent():
+        lora = b.llm.calls[-1]["lora"]
+        return None if lora is None else (lora.lora_name, lora.lora_int_id, lora.lora_path)
+
     b.save_adapter(tmp_path / "it1")
     b.sample(["x"], n=1, temperature=1.0, max_new_tokens=2, seed=0)
-    assert b.llm.calls[-1]["lora"] == LoRARequest("qwen3-4b-v1", 1, str(tmp_path / "it1"))
+    assert sent() == ("qwen3-4b-v1", 1, str(tmp_path / "it1"))
     b.save_adapter(tmp_path / "it2")
     b.greedy(["x"], max_new_tokens=2)
-    assert b.llm.calls[-1]["lora"] == LoRARequest("qwen3-4b-v2", 2, str(tmp_path / "it2"))
+    assert sent() == ("qwen3-4b-v2", 2, str(tmp_path / "it2"))
     assert trainable.saved == [str(tmp_path / "it1"), str(tmp_path / "it2")]
 
     b.greedy(["x"], max_new_tokens=2, adapter=False)
-    assert b.llm.calls[-1]["lora"] is None
+    assert sent() is None
+    b.sample(["x"], n=1, temperature=1.0, max_new_tokens=2, seed=0, adapter=False)
+    assert sent() is None
     with b.adapter_disabled():
         b.next_token_logprobs(["x"], [1])
-        assert b.llm.calls[-1]["lora"] is None
+        assert sent() is None
     assert trainable.disabled == 1
     b.next_token_logprobs(["x"], [1])
-    assert b.llm.calls[-1]["lora"].lora_int_id == 2
+    assert sent()[1] == 2
 
-    b.load_adapter(tmp_path / "it1")
-    assert trainable.loaded == [str(tmp_path / "it1")] and b._lora.lora_int_id == 3
+    b.load_adapter(tmp_path / "it1")  # the same files as v1, served as a new adapter
+    b.greedy(["x"], max_new_tokens=2)
+    assert trainable.loaded == [str(tmp_path / "it1")] and sent() == ("qwen3-4b-v3", 3, str(tmp_path / "it1"))
 
 
 def test_without_trainable_there_is_nothing_to_train(monkeypatch, tokenizer, tmp_path):
@@ -250,32 +379,55 @@ def test_sleep_and_wake_up(monkeypatch, tokenizer):
     assert b.llm.events == [("sleep", 1), ("wake_up",)]
 
 
-@pytest.mark.parametrize("params_cls", [NewSamplingParams, OldSamplingParams], ids=["token-ids", "full-vocab"])
-def test_engine_arguments(monkeypatch, params_cls):
-    install_fake_vllm(monkeypatch, params_cls)
+@pytest.mark.parametrize("r, rank", [(1, 1), (4, 8), (8, 8), (16, 16), (17, 32), (300, 320)])
+def test_engine_arguments_and_lora_rank(monkeypatch, r, rank):
+    install_fake_vllm(monkeypatch)
     from selfplay.models.vllm_backend import VLLMBackend
 
-    kwargs = VLLMBackend.engine_kwargs(CFG, LoraSettings(r=8), gpu_memory_utilization=0.4, seed=3)
+    kwargs = VLLMBackend.engine_kwargs(CFG, LoraSettings(r=r), gpu_memory_utilization=0.4, seed=3)
     assert kwargs["model"] == "Qwen/Qwen3-4B" and kwargs["dtype"] == "bfloat16"
     assert kwargs["enable_prefix_caching"] and kwargs["enable_lora"] and kwargs["enable_sleep_mode"]
-    assert (kwargs["max_lora_rank"], kwargs["max_model_len"], kwargs["seed"]) == (8, CFG.max_context, 3)
-    assert kwargs.get("max_logprobs") == (None if params_cls is NewSamplingParams else -1)
+    assert (kwargs["max_lora_rank"], kwargs["max_model_len"], kwargs["seed"]) == (rank, CFG.max_context, 3)
+    assert "max_logprobs" not in kwargs
+    FakeLLM(**kwargs)  # the engine starts
+    assert VLLMBackend.engine_kwargs(CFG, LoraSettings(), 0.4, 3, {"enable_sleep_mode": False})["enable_sleep_mode"] is False
 
 
-def test_bad_calls(monkeypatch, tokenizer):
+def test_rank_above_what_vllm_serves_is_refused(monkeypatch):
+    install_fake_vllm(monkeypatch)
+    from selfplay.models.vllm_backend import VLLMBackend
+
+    with pytest.raises(ValueError, match="r = 600 is above the largest rank vLLM serves"):
+        VLLMBackend.engine_kwargs(CFG, LoraSettings(r=600), gpu_memory_utilization=0.4, seed=3)
+
+
+def test_a_release_without_logprob_token_ids_is_refused(monkeypatch, tokenizer):
+    install_fake_vllm(monkeypatch, OldSamplingParams)
+    from selfplay.models.vllm_backend import VLLMBackend
+
+    with pytest.raises(RuntimeError, match=r"needs vllm >= 0.32"):
+        VLLMBackend(FakeLLM(), tokenizer, CFG, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        pytest.param(dict(temperature=0.0), "temperature must be > 0", id="temperature-0"),
+        pytest.param(dict(temperature=2.5), "temperature must be <= 2", id="temperature-above-2"),
+        pytest.param(dict(n=0), "n must be", id="n-0"),
+        pytest.param(dict(max_new_tokens=0), "max_new_tokens must be >= 1", id="no-new-tokens"),
+    ],
+)
+def test_bad_sampling_arguments_are_refused_before_vllm(monkeypatch, tokenizer, kw, match):
     b = make(monkeypatch, tokenizer)
-    with pytest.raises(ValueError, match="temperature"):
-        b.sample(["x"], n=1, temperature=0.0, max_new_tokens=2, seed=0)
-    with pytest.raises(ValueError, match="n must be"):
-        b.sample(["x"], n=0, temperature=1.0, max_new_tokens=2, seed=0)
-    with pytest.raises(ValueError, match="max_context"):
-        b.greedy(["word " * 9000], max_new_tokens=2)
-    with pytest.raises(ValueError, match="token_ids"):
-        b.next_token_logprobs(["x"], [])
+    args = dict(n=1, temperature=1.0, max_new_tokens=2, seed=0) | kw
+    with pytest.raises(ValueError, match=match):
+        b.sample(["x"], **args)
+    assert b.llm.calls == []
 
 
 def test_load_backend_routes_to_vllm_and_auto_stays_on_hf_without_cuda(monkeypatch):
-    install_fake_vllm(monkeypatch, NewSamplingParams)
+    install_fake_vllm(monkeypatch)
     with pytest.raises(ValueError, match="hf backend only"):
         load_backend("tiny-llama", backend="vllm")
     from selfplay.models.hf import HFBackend

@@ -1,27 +1,34 @@
-"""`VLLMBackend`: the Backend protocol served by vLLM (GPU only; `pip install '.[gpu]'`).
+"""`VLLMBackend`: the Backend protocol served by vLLM (`pip install '.[gpu]'`, vllm >= 0.32).
 
-Verified here only by tests/test_models_vllm.py, which drive this module against a fake `vllm`
-module: they check how our calls are translated into vLLM requests and how its responses are read
-back, not vLLM itself. Check it on a GPU (HF-vs-vLLM log-probs on a small model) before relying on
-its numbers.
+Checked two ways: tests/test_models_vllm.py drives it against a fake `vllm` that refuses what the
+real one refuses (sleep/wake and CUDA paths, which the CPU build cannot show), and `make test-vllm`
+(tests/vllm_real/) runs it on vLLM's CPU build with SmolLM2 against the HF backend: log-probs within
+1e-4, identical greedy text, a LoRA adapter switched on, off and swapped.
 
 A thin translation layer:
 - Engine: `LLM(enable_prefix_caching=True, enable_lora=True, enable_sleep_mode=True)`; prompts are
   sent as token ids (`{"prompt_token_ids": ...}`) encoded exactly as the HF backend encodes them
-  (no special tokens added), so both backends see the same tokens.
-- Adapter: vLLM cannot train, so an `HFBackend` on the same GPU (`trainable`) holds the PeftModel
-  that TRL trains. `save_adapter(path)` writes it and points vLLM at the new files with a fresh
-  `LoRARequest(name, int id, path)` (vLLM caches adapters by id, so every version gets a new one).
-  Before any adapter is saved the fresh adapter is a no-op, and requests go out without LoRA.
-  `adapter=False` / `adapter_disabled()` send no LoRA request: π_0.
-- Sampling: `SamplingParams(n, temperature, max_tokens, seed)` with top-k/top-p left off, one
-  params object per prompt with seed `seed + i`, so repeated prompts still get distinct samples.
-- Next-token log-probs of given tokens: one greedy step per prompt. Recent vLLM takes the ids in
-  `SamplingParams(logprob_token_ids=[...])` and returns exactly those; older V1 releases only return
-  top-k, so there we ask for the whole vocabulary (`logprobs=-1`, engine built with
-  `max_logprobs=-1`). `logprobs=K` alone would miss tokens outside the top K. Both read the
-  log-softmax of the raw logits (vLLM's default `logprobs_mode="raw_logprobs"`); prefix caching
-  computes a shared prompt prefix once.
+  (no special tokens added), so both backends see the same tokens. `max_lora_rank` is the smallest
+  rank vLLM allows (`LORA_RANKS`) that holds the adapter's r.
+- Lengths: vLLM refuses a prompt that leaves no room for one generated token, so every request is
+  checked here first against the engine's own `max_model_len` (and the policy's `max_context`): a
+  prompt + `max_new_tokens`, or for `sequence_logprobs` prompt + completion + the one token vLLM
+  generates.
+- Adapter: vLLM cannot train, so an `HFBackend` beside it (`trainable`) holds the PeftModel that TRL
+  trains. `save_adapter(path)` writes it and points vLLM at the new files with a fresh
+  `LoRARequest(name, int id, path)`: vLLM caches adapters by id and compares requests by name, so
+  every version gets a new name and id and is loaded anew. Before any adapter is saved the fresh
+  adapter is a no-op, and requests go out without LoRA. `adapter=False` / `adapter_disabled()` send
+  no LoRA request: π_0.
+- Sampling and greedy return `Completion`s, unfinished where vLLM's `finish_reason` is "length".
+  `SamplingParams(n, temperature, max_tokens, seed)` with top-k/top-p left off. vLLM seeds
+  sample j of a request `seed + j`, so prompt i is sent with seed `seed + i * n`: sample (i, j) draws
+  with seed `seed + i * n + j`, distinct for every pair, and repeated prompts get distinct samples.
+- Next-token log-probs of given tokens: one greedy step per prompt with
+  `SamplingParams(logprob_token_ids=[...])`, which returns exactly those (plus the sampled token), at
+  most `MAX_TOKEN_IDS` ids a request, so longer lists go out in chunks. They are the log-softmax of
+  the raw logits (vLLM's default `logprobs_mode="raw_logprobs"`); prefix caching computes a shared
+  prompt prefix once.
 - Sequence log-probs: prompt + completion sent as one prompt with `prompt_logprobs=0`, which returns
   the log-prob of every prompt token; the completion's are summed.
 - `sleep()` / `wake_up()` release and restore the GPU memory vLLM holds around a training step.
@@ -29,16 +36,20 @@ A thin translation layer:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from selfplay.models import chat
-from selfplay.models.backend import check_sampling
+from selfplay.models.backend import Completion, check_sampling
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import checkpoint_dir, load_tokenizer
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
+MAX_TOKEN_IDS = 128  # vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS: ids one request may ask for
 
 
 def _has_field(cls, name: str) -> bool:
@@ -48,12 +59,30 @@ def _has_field(cls, name: str) -> bool:
     return name in fields
 
 
+def _completion(output) -> Completion:
+    # vLLM's finish_reason: "stop" on an end token or stop string, "length" at max_tokens
+    return Completion(output.text, finished=output.finish_reason == "stop")
+
+
+def lora_rank(r: int) -> int:
+    """vLLM's `max_lora_rank` for an adapter of rank r: the smallest allowed rank >= r."""
+    for rank in LORA_RANKS:
+        if rank >= r:
+            return rank
+    raise ValueError(f"lora: r = {r} is above the largest rank vLLM serves ({LORA_RANKS[-1]})")
+
+
 class VLLMBackend:
     """Backend over a `vllm.LLM`; build with `VLLMBackend.from_config(policy_cfg, ...)`."""
 
     def __init__(self, llm, tokenizer, cfg: PolicyConfig, *, trainable=None, progress: bool = True):
         import vllm
 
+        if not _has_field(vllm.SamplingParams, "logprob_token_ids"):
+            raise RuntimeError(
+                f"vllm {getattr(vllm, '__version__', '?')} has no SamplingParams.logprob_token_ids: "
+                "the vllm backend needs vllm >= 0.32 (pip install '.[gpu]')"
+            )
         self.llm = llm
         self.tokenizer = tokenizer
         self.cfg = cfg
@@ -61,16 +90,23 @@ class VLLMBackend:
         self.trainable = trainable
         self.progress = progress
         self._vllm = vllm
-        self._token_ids_field = _has_field(vllm.SamplingParams, "logprob_token_ids")
+        model_config = llm.llm_engine.model_config
+        self.max_model_len = int(model_config.max_model_len)
+        self.vocab_size = int(model_config.get_vocab_size())
         self._lora = None
         self._lora_version = 0
         self._adapter_off = False
 
     @staticmethod
-    def engine_kwargs(cfg: PolicyConfig, lora: LoraSettings, gpu_memory_utilization: float, seed: int) -> dict:
-        """Arguments of `vllm.LLM` for a policy (kept separate so tests can check them)."""
-        import vllm
-
+    def engine_kwargs(
+        cfg: PolicyConfig,
+        lora: LoraSettings,
+        gpu_memory_utilization: float,
+        seed: int,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> dict:
+        """Arguments of `vllm.LLM` for a policy (kept separate so tests can check them); `overrides`
+        replace or add engine arguments (e.g. `max_model_len`, `enable_sleep_mode=False` on a CPU)."""
         if cfg.tiny_arch is not None:
             raise ValueError(f"{cfg.name}: tiny random models run on the hf backend only")
         model = str(checkpoint_dir(cfg)) if cfg.gguf_file is not None else cfg.hf_id
@@ -80,15 +116,13 @@ class VLLMBackend:
             max_model_len=cfg.max_context,
             enable_prefix_caching=True,
             enable_lora=True,
-            max_lora_rank=lora.r,
+            max_lora_rank=lora_rank(lora.r),
             max_loras=1,
             enable_sleep_mode=True,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
         )
-        if not _has_field(vllm.SamplingParams, "logprob_token_ids"):
-            kwargs["max_logprobs"] = -1  # the whole-vocabulary fallback of next_token_logprobs
-        return kwargs
+        return kwargs | dict(overrides or {})
 
     @classmethod
     def from_config(
@@ -100,18 +134,21 @@ class VLLMBackend:
         seed: int = 0,
         trainable: bool = True,
         progress: bool = True,
+        engine: Mapping[str, Any] | None = None,
+        device: str | None = None,
         **hf_kwargs,
     ) -> VLLMBackend:
-        """The engine plus, unless `trainable=False`, the HFBackend whose adapter is trained."""
+        """The engine plus, unless `trainable=False`, the HFBackend whose adapter is trained
+        (on `device`, default CUDA when present). `engine`: overrides of `engine_kwargs`."""
         import vllm
 
         lora = lora or LoraSettings()
-        llm = vllm.LLM(**cls.engine_kwargs(cfg, lora, gpu_memory_utilization, seed))
+        llm = vllm.LLM(**cls.engine_kwargs(cfg, lora, gpu_memory_utilization, seed, engine))
         hf = None
         if trainable:
             from selfplay.models.hf import HFBackend
 
-            hf = HFBackend.from_config(cfg, lora=lora, device="cuda", progress=progress, **hf_kwargs)
+            hf = HFBackend.from_config(cfg, lora=lora, device=device, progress=progress, **hf_kwargs)
         return cls(llm, hf.tokenizer if hf else load_tokenizer(cfg), cfg, trainable=hf, progress=progress)
 
     # -- protocol -------------------------------------------------------------------------------
@@ -136,39 +173,39 @@ class VLLMBackend:
         seed: int,
         adapter: bool = True,
     ) -> list[list[str]]:
-        check_sampling(n, temperature)
+        check_sampling(n, temperature, max_new_tokens)
         params = [
-            self._vllm.SamplingParams(n=n, temperature=float(temperature), max_tokens=max_new_tokens, seed=seed + i)
+            self._vllm.SamplingParams(n=n, temperature=float(temperature), max_tokens=max_new_tokens, seed=seed + i * n)
             for i in range(len(prompts))
         ]
         outs = self._generate(self._encode(prompts, max_new_tokens), params, adapter)
-        return [[c.text for c in out.outputs] for out in outs]
+        return [[_completion(c) for c in out.outputs] for out in outs]
 
     def greedy(self, prompts: Sequence[str], *, max_new_tokens: int, adapter: bool = True) -> list[str]:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         params = self._vllm.SamplingParams(n=1, temperature=0.0, max_tokens=max_new_tokens)
         outs = self._generate(self._encode(prompts, max_new_tokens), params, adapter)
-        return [out.outputs[0].text for out in outs]
+        return [_completion(out.outputs[0]) for out in outs]
 
     def next_token_logprobs(
         self, prompts: Sequence[str], token_ids: Sequence[int], *, adapter: bool = True
     ) -> np.ndarray:
-        tokens = [int(t) for t in token_ids]
-        if not tokens:
-            raise ValueError("token_ids must not be empty")
-        if self._token_ids_field:
-            params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=sorted(set(tokens)))
-        else:
-            params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, logprobs=-1)
-        outs = self._generate(self._encode(prompts, 1), params, adapter)
-        result = np.zeros((len(outs), len(tokens)), dtype=np.float64)
-        for i, out in enumerate(outs):
-            step = out.outputs[0].logprobs[0]  # {token id: Logprob} for the one generated step
-            missing = [t for t in tokens if t not in step]
-            if missing:
-                raise RuntimeError(f"vLLM returned no log-prob for tokens {missing} after prompt {i}")
-            result[i] = [step[t].logprob for t in tokens]
+        tokens = self._check_tokens(token_ids)
+        ids = self._encode(prompts, 1)
+        result = np.zeros((len(ids), len(tokens)), dtype=np.float64)
+        wanted = sorted(set(tokens))
+        column = {t: [k for k, u in enumerate(tokens) if u == t] for t in wanted}
+        for lo in range(0, len(wanted), MAX_TOKEN_IDS):
+            chunk = wanted[lo : lo + MAX_TOKEN_IDS]
+            params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=chunk)
+            for i, out in enumerate(self._generate(ids, params, adapter)):
+                step = out.outputs[0].logprobs[0]  # {token id: Logprob} for the one generated step
+                missing = [t for t in chunk if t not in step]
+                if missing:
+                    raise RuntimeError(f"vLLM returned no log-prob for tokens {missing} after prompt {i}")
+                for t in chunk:
+                    result[i, column[t]] = step[t].logprob
         return result
 
     def sequence_logprobs(
@@ -178,6 +215,8 @@ class VLLMBackend:
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         p_ids = self._encode(prompts, 0)
         c_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions]
+        for i, (p, c) in enumerate(zip(p_ids, c_ids, strict=True)):
+            self._check_length(f"prompt {i} + completion", len(p) + len(c), 0)
         todo = [i for i, c in enumerate(c_ids) if c]  # an empty completion has log-prob 0
         result = np.zeros(len(prompts), dtype=np.float64)
         if not todo:
@@ -235,6 +274,16 @@ class VLLMBackend:
 
     # -- helpers ----------------------------------------------------------------------------------
 
+    def _check_length(self, what: str, length: int, budget: int) -> None:
+        # vLLM refuses a prompt of max_model_len tokens or more: one token must still fit after it
+        if length + budget > self.cfg.max_context:
+            raise ValueError(f"{what} is {length} tokens (+{budget} to generate) > max_context {self.cfg.max_context} of {self.name}")
+        if length + max(budget, 1) > self.max_model_len:
+            raise ValueError(
+                f"{what} is {length} tokens (+{max(budget, 1)} to generate) > the vLLM engine's max_model_len "
+                f"{self.max_model_len}"
+            )
+
     def _encode(self, prompts: Sequence[str], budget: int) -> list[list[int]]:
         if isinstance(prompts, str):
             raise TypeError("expected a sequence of strings, got one string")
@@ -242,9 +291,15 @@ class VLLMBackend:
         for i, seq in enumerate(ids):
             if not seq:
                 raise ValueError(f"prompt {i} is empty")
-            if len(seq) + budget > self.cfg.max_context:
-                raise ValueError(f"prompt {i} is {len(seq)} tokens (+{budget}) > max_context {self.cfg.max_context}")
+            self._check_length(f"prompt {i}", len(seq), budget)
         return ids
+
+    def _check_tokens(self, token_ids: Sequence[int]) -> list[int]:
+        tokens = [int(t) for t in token_ids]
+        bad = [t for t in tokens if not 0 <= t < self.vocab_size]
+        if not tokens or bad:
+            raise ValueError(f"token_ids must be a non-empty list of ids in [0, {self.vocab_size}), bad: {bad}")
+        return tokens
 
     def _generate(self, ids: list[list[int]], params, adapter: bool):
         if not ids:
