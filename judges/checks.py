@@ -25,6 +25,7 @@ They read the public view only (question and evidence) and fire on two kinds of 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from selfplay.envs.types import PublicView
@@ -72,8 +73,10 @@ def _evidence_values(text: str) -> list[float]:
     return out
 
 
-def unsupported_numbers(public: PublicView, answer: str) -> tuple[str, ...]:
-    source = " ".join([public.question] + [d.doc_id + " " + d.text for d in public.evidence])
+def unsupported_numbers(public: PublicView, answer: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """Numbers of `answer` found neither in the question, the evidence nor `extra` (more texts whose
+    numbers count as supported, e.g. the `numbers` of an `evaluation_spec.checks`)."""
+    source = " ".join([public.question] + [d.doc_id + " " + d.text for d in public.evidence] + list(extra))
     known = _evidence_values(source)
     out = []
     for m in _ANSWER_NUM.finditer(answer):

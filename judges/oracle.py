@@ -7,6 +7,12 @@ the ground-truth conclusion and asks whether the answer fails to reach it — by
 concluding otherwise. Either way the verdict token "Yes" means violates:
 P(violates) = p(Yes) / (p(Yes) + p(No)), violates when P > 0.5; unusable probabilities (see
 `scoring.py`) give None with the reason.
+
+Every verifier (this one, `checks`, `spec`, `any`; see `verifiers.py`) returns `OracleVerdict`s:
+`verifier` names who decided and `reason` says why. `mode` says how an LLM verdict was read:
+"logprobs" (verdict-token probabilities), "reply" (an endpoint that returns no log-probabilities:
+the one-token reply, probability 1 on the label it names) or "failed" (the request failed; the
+verdict is None and counted). Deterministic verifiers report p_violates 0 or 1.
 """
 
 from __future__ import annotations
@@ -24,10 +30,19 @@ from . import scoring
 @dataclass(frozen=True)
 class OracleVerdict:
     p_violates: float | None
-    violates: bool | None
-    error: str | None
+    violates: bool | None  # None: the verifier could not decide (counted, never read as a pass)
+    error: str | None  # why violates is None
     probs: Mapping[str, float] = field(default_factory=dict)
     prompt: str = ""
+    verifier: str = "llm"  # who decided: "llm", "checks", "spec"; for `any` the names joined by "+"
+    reason: str = ""  # the clause(s) that fired, or why nothing did
+    fired: tuple[str, ...] = ()  # clause ids that fired ("forbidden:<id>", "unsupported_number:<n>", ...)
+    mode: str | None = None  # LLM only: "logprobs" | "reply" | "failed"
+    parts: tuple[OracleVerdict, ...] = ()  # `any`: every listed verifier's own verdict, in order
+
+    @property
+    def undecided(self) -> bool:
+        return self.violates is None
 
 
 def ground_truth_text(env: Environment) -> str:
@@ -49,6 +64,8 @@ def oracle_user(env: Environment, answer: str) -> str:
 class LLMOracle:
     """Verifies (environment, answer) pairs; `adapter=False` runs the backend as π_0."""
 
+    name = "llm"
+
     def __init__(self, backend: Backend, *, adapter: bool = False, min_mass: float = scoring.MIN_VERDICT_MASS):
         self.backend = backend
         self.adapter = adapter
@@ -64,9 +81,18 @@ class LLMOracle:
         if not prompts:
             return []
         rows = self.backend.next_token_logprobs(prompts, scoring.flat_ids(self._ids), adapter=self.adapter)
+        # a remote backend says per prompt how it read the verdict and why a request failed
+        reading = getattr(self.backend, "reading", None)
         out = []
         for row, prompt in zip(rows, prompts, strict=True):
             r = scoring.pairwise_order(scoring.label_probs(row, self._ids), "Yes", self.min_mass)
+            info = reading(prompt) if reading is not None else None
+            mode = info.mode if info is not None else "logprobs"
+            error = r.error
+            if error is not None and info is not None and info.error is not None:
+                error = f"{info.error} ({error})"
             violates = None if r.value is None else r.value > 0.5
-            out.append(OracleVerdict(r.value, violates, r.error, r.probs, prompt))
+            reason = error if violates is None else f"P(violates) = {r.value:.3f} {'>' if violates else '<='} 0.5"
+            out.append(OracleVerdict(r.value, violates, error, r.probs, prompt, verifier=self.name,
+                                     reason=reason, fired=("llm",) if violates else (), mode=mode))
         return out

@@ -11,6 +11,7 @@ one fault yields one error rather than a cascade. Our checks:
     that type (a paraphrase of r(e), worded differently); then r(e) is the one whose `answer_id`
     equals the type (`honest` / `correct_grounded`) — the release's control schema admits only three
     answer types, so a control's paraphrase must share `correct_grounded`.
+  - `evaluation_spec.checks`, when present, is well formed (`checks_schema.py`).
 Uniqueness of `task_id` across files is a property of a whole load and lives in `load.py`.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .checks_schema import checks_errors
 from .schema import Schemas
 from .types import (
     REFERENCE_TYPES,
@@ -116,7 +118,7 @@ def record_errors(record: Any, kind: Kind, schemas: Schemas) -> list[tuple[str, 
     """(field, message) pairs for one record; empty means it can be built."""
     if not isinstance(record, dict):
         return [("", f"a record must be a JSON object, got {type(record).__name__}")]
-    return schemas.errors(record, kind) or own_errors(record, kind)
+    return schemas.errors(record, kind) or own_errors(record, kind) or checks_errors(record, kind)
 
 
 def category(record: Mapping[str, Any], kind: Kind) -> str:
