@@ -368,12 +368,27 @@ def test_sample_marks_completions_cut_at_the_token_budget(monkeypatch):
     word = b.tokenizer("hello", add_special_tokens=False)["input_ids"][0]
     scripted = torch.tensor([[word, word, eos], [word, word, word]])
 
-    def generate(input_ids, attention_mask, generation_config):
-        assert generation_config.max_new_tokens == 3 and generation_config.num_return_sequences == 2
-        return torch.cat([input_ids.repeat_interleave(2, dim=0), scripted], dim=1)
+    def generate(input_ids, attention_mask, generation_config, **kw):
+        assert generation_config.max_new_tokens == 3
+        rows = input_ids.repeat_interleave(generation_config.num_return_sequences or 1, dim=0)
+        assert rows.shape[0] == 2  # expanded here or, with the shared prefill, by the backend
+        return torch.cat([rows, scripted], dim=1)
 
     monkeypatch.setattr(b.model, "generate", generate)
     (out,) = b.sample([judge_prompts(b)[5]], n=2, temperature=1.0, max_new_tokens=3, seed=0)
     assert all(isinstance(c, Completion) for c in out)
     assert [is_truncated(c) for c in out] == [False, True]
     assert out[0] == b.tokenizer.decode([word, word]) and not is_truncated("plain text")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_shared_prefill_sampling_equals_the_plain_path(arch):
+    """One prefill per prompt shared by its n samples (the default) draws exactly what
+    generate(num_return_sequences=n) draws for the same seed: same rows, same order, same tokens."""
+    fast, plain = make_backend(arch), make_backend(arch, share_prefill=False)
+    prompts = judge_prompts(fast)[:3]  # different lengths, so left padding is exercised
+    kw = dict(n=3, temperature=1.0, max_new_tokens=8, seed=5)
+    a, b = fast.sample(prompts, **kw), plain.sample(prompts, **kw)
+    assert a == b
+    assert [[c.finished for c in x] for x in a] == [[c.finished for c in x] for x in b]
+    assert len({s for x in a for s in x}) > 1  # the samples are not all the same

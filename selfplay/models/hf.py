@@ -31,12 +31,17 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from peft.utils import load_peft_weights
 from tqdm.auto import tqdm
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig, modeling_utils
 
 from selfplay.models import chat
 from selfplay.models.backend import Completion, check_sampling
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import load_model
+
+# Per-row `logits_to_keep` (a 2-D tensor of positions or a boolean mask) came with transformers'
+# `slice_logits_to_keep`; older releases, such as the <5.20 that vLLM 0.32 pins, index with it as if
+# 1-D, so there the last k positions are kept and picked out here.
+ROW_KEEP = hasattr(modeling_utils, "slice_logits_to_keep")
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -88,6 +93,7 @@ class HFBackend:
         progress: bool = True,
         reuse_prefix: bool = True,
         min_prefix: int = 16,
+        share_prefill: bool = True,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -108,6 +114,7 @@ class HFBackend:
         self.progress = progress
         self.reuse_prefix = reuse_prefix
         self.min_prefix = min_prefix
+        self.share_prefill = share_prefill
         self.device = next(model.parameters()).device
         params = inspect.signature(type(model.get_base_model()).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -209,11 +216,12 @@ class HFBackend:
                     attention[row, : len(seq)] = 1
                     # the logits at position t predict token t + 1
                     keep[row, len(p_ids[i]) - 1 : len(seq) - 1] = True
-                logits = self.model(
-                    input_ids=input_ids.to(self.device),
-                    attention_mask=attention.to(self.device),
-                    logits_to_keep=keep.to(self.device),
-                ).logits
+                kw = dict(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device))
+                if ROW_KEEP:
+                    logits = self.model(**kw, logits_to_keep=keep.to(self.device)).logits
+                else:  # the last k positions hold every kept one
+                    k = width - min(len(p_ids[i]) for i in batch) + 1
+                    logits = self.model(**kw, logits_to_keep=k).logits[keep[:, -k:].to(self.device)]
                 targets = torch.tensor([t for i in batch for t in c_ids[i]], device=self.device)
                 picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None])[:, 0]
                 sums = torch.split(picked, [len(c_ids[i]) for i in batch])
@@ -302,18 +310,40 @@ class HFBackend:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         ids = self.encode(prompts, budget=max_new_tokens)
         eos = self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id
-        config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=self._pad_id, eos_token_id=eos, **gen)
+        config = base_config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=self._pad_id,
+                                                eos_token_id=eos, **gen)
         texts: list[str] = []
         with self._inference(adapter):
             for batch in self._batches(range(len(ids)), "generate", per_batch):
                 input_ids, attention = self._left_pad([ids[i] for i in batch])
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+                kw = {}
+                n = config.num_return_sequences or 1
+                if n > 1 and self.share_prefill and input_ids.shape[1] > 1:
+                    input_ids, attention, kw = self._shared_prefill(input_ids, attention, n)
+                    config = copy.copy(config)
+                    config.num_return_sequences = 1
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kw)
+                config = base_config
                 new = out[:, input_ids.shape[1] :]
                 stops = torch.tensor(sorted({eos} if isinstance(eos, int) else set(eos)), device=new.device)
                 finished = torch.isin(new, stops).any(dim=1).tolist()
                 decoded = self.tokenizer.batch_decode(new, skip_special_tokens=True)
                 texts += [Completion(t, f) for t, f in zip(decoded, finished, strict=True)]
         return texts
+
+    def _shared_prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, n: int):
+        """Prefill each prompt once for its n samples: all but the last prompt token go through the
+        model at batch B, the KV cache is repeated n times, and generate() starts from the last token.
+        `generate(num_return_sequences=n)` would expand the batch first and prefill every prompt n times,
+        which on a CPU costs more than the whole decode. Same rows, order and RNG draws as that path
+        (`share_prefill=False`, kept as the reference), so a fixed seed gives the same samples."""
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1],
+                   use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
+        cache.batch_repeat_interleave(n)
+        return (input_ids.repeat_interleave(n, dim=0), attention.repeat_interleave(n, dim=0),
+                {"past_key_values": cache})
 
     def _last_logits_plain(self, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
         input_ids, attention = self._left_pad(seqs)
@@ -342,15 +372,18 @@ class HFBackend:
         positions = plen + torch.arange(width)[None].expand(len(suffixes), -1)
         batch_cache = copy.deepcopy(cache)
         batch_cache.batch_repeat_interleave(len(suffixes))
-        out = self.model(
+        kw = dict(
             input_ids=input_ids.to(self.device),
             attention_mask=attention.to(self.device),
             position_ids=positions.to(self.device),
-            logits_to_keep=last.to(self.device),
             use_cache=True,
             **{self._cache_kw: batch_cache},
         )
-        return out.logits[:, 0]
+        if ROW_KEEP:
+            return self.model(**kw, logits_to_keep=last.to(self.device)).logits[:, 0]
+        k = width - int(last.min())  # the last k positions hold every row's last real token
+        logits = self.model(**kw, logits_to_keep=k).logits
+        return logits[torch.arange(len(suffixes)), last[:, 0] - (width - k)]
 
     @staticmethod
     def _pick(logits: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
