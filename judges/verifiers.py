@@ -1,0 +1,278 @@
+"""Oracles as one interface: `Verifier.verify(pairs) -> list[OracleVerdict]`, built from config.
+
+Verifiers (SPEC §4, `conf/oracle/`):
+- `llm`: the LLM oracle (`judges/oracle.py`) on `model`: "initial" (the run's π_0, adapter off), a
+  `conf/policy` config name, or "endpoint" (an OpenAI-compatible server, `selfplay.models.endpoint`);
+- `checks`: the deterministic number / citation checks (`judges/checks.py`), public view only;
+- `spec`: `evaluation_spec.checks` (`judges/spec.py`); None on a record without it;
+- `any`: violates when any listed verifier says so. Rule, in order: violates = True when at least
+  one listed verifier says True (`verifier` = the names that did, joined by "+"); otherwise None
+  when at least one is undecided (an undecided verifier can never clear an answer; `verifier` =
+  the undecided names); otherwise False (`verifier` = every name). `parts` keeps each verifier's own
+  verdict, so one run calibrates the combination and each member.
+
+Defaults (`default_oracle_name`): `any` of `spec` + `checks` where every audited record carries
+`evaluation_spec.checks` (data/mini), `llm` otherwise (a release).
+
+Cache: verdicts are pure functions of (config, code, hidden anchor, answer), so a caller caches rows
+`verdict_row(v)` keyed by (task_id, answer) in a file named by a hash of
+`cache_fingerprint(cfg, envs, model=...)`; `verdict_from_row` reads them back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import yaml
+
+from selfplay.envs.types import Environment
+from selfplay.models.endpoint import EndpointConfig
+
+from . import checks as checks_mod
+from .oracle import OracleVerdict
+
+NAMES = ("llm", "checks", "spec", "any")
+MEMBERS = ("llm", "checks", "spec")
+ORACLE_DIR = Path(__file__).resolve().parents[1] / "conf" / "oracle"
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    name: str
+
+    def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
+        """One verdict per (environment, answer), in order."""
+
+
+# ---------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class OracleConfig:
+    """The `oracle` group (conf/oracle/<name>.yaml); every file holds all fields.
+
+    name: "llm" | "checks" | "spec" | "any".
+    verifiers: for `any`, the members (two or more of "llm", "checks", "spec"); empty otherwise.
+    model: the LLM oracle's model, used when `llm` is the oracle or a member: "initial" (the run's
+        π_0, adapter off), a conf/policy config name, or "endpoint" (then `endpoint` is required).
+    min_mass: floor on the Yes/No verdict-token mass below which the LLM oracle abstains
+        (judges.scoring); null = the judges' default. Tiny random test models need 0.
+    endpoint: `selfplay.models.endpoint.EndpointConfig` fields (base_url, model, api_key_env, ...)
+        when model = "endpoint"; null otherwise.
+    """
+
+    name: str = "any"
+    verifiers: tuple[str, ...] = ("spec", "checks")
+    model: str = "initial"
+    min_mass: float | None = None
+    endpoint: EndpointConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in NAMES:
+            raise ValueError(f"oracle.name={self.name!r}: expected one of {NAMES}")
+        members = tuple(self.verifiers or ())
+        object.__setattr__(self, "verifiers", members)
+        if self.name == "any":
+            bad = [m for m in members if m not in MEMBERS]
+            if bad or len(members) < 2 or len(set(members)) != len(members):
+                raise ValueError(f"oracle.verifiers={list(members)!r}: `any` needs two or more distinct "
+                                 f"members of {MEMBERS}")
+        elif members:
+            raise ValueError(f"oracle.verifiers={list(members)!r}: only `any` takes members "
+                             f"(oracle.name={self.name!r})")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"oracle.model={self.model!r}: expected initial, a policy config name or endpoint")
+        if self.min_mass is not None and not 0 <= self.min_mass < 1:
+            raise ValueError(f"oracle.min_mass={self.min_mass!r}: expected null or in [0, 1)")
+        if isinstance(self.endpoint, Mapping):
+            object.__setattr__(self, "endpoint", EndpointConfig.from_mapping(self.endpoint))
+        if self.uses_llm and self.model == "endpoint" and self.endpoint is None:
+            raise ValueError("oracle.model=endpoint needs oracle.endpoint (base_url, model, api_key_env)")
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.verifiers if self.name == "any" else (self.name,)
+
+    @property
+    def uses_llm(self) -> bool:
+        return "llm" in self.members
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> OracleConfig:
+        """From a dict or an OmegaConf node (`cfg.oracle`); unknown keys are an error."""
+        values = dict(values.items())
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"oracle: unknown keys {unknown}; known: {sorted(known)}")
+        if values.get("verifiers") is not None:
+            values["verifiers"] = tuple(values["verifiers"])
+        else:
+            values["verifiers"] = ()
+        if values.get("endpoint") is not None:
+            values["endpoint"] = dict(values["endpoint"].items())
+        return cls(**values)
+
+    @classmethod
+    def named(cls, name: str) -> OracleConfig:
+        """conf/oracle/<name>.yaml."""
+        path = ORACLE_DIR / f"{name}.yaml"
+        if not path.is_file():
+            raise ValueError(f"no oracle config {name!r} in {ORACLE_DIR} (have: {sorted(p.stem for p in ORACLE_DIR.glob('*.yaml'))})")
+        return cls.from_mapping(yaml.safe_load(path.read_text()))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """JSON-able settings that shape verdicts (never the key: only the endpoint's public settings)."""
+        out: dict[str, Any] = {"name": self.name, "verifiers": list(self.verifiers)}
+        if self.uses_llm:
+            out |= {"model": self.model, "min_mass": self.min_mass,
+                    "endpoint": self.endpoint.fingerprint() if self.endpoint else None}
+        return out
+
+
+def default_oracle_name(envs: Sequence[Environment]) -> str:
+    """"any" (of spec + checks) when every record carries evaluation_spec.checks, else "llm"."""
+    from .spec import checks_of
+
+    return "any" if envs and all(checks_of(e) is not None for e in envs) else "llm"
+
+
+# ---------------------------------------------------------------- verifiers
+
+
+class ChecksVerifier:
+    """`judges/checks.py` as a Verifier: reads the public view only, never undecided."""
+
+    name = "checks"
+
+    def __init__(self, run: Callable = checks_mod.run_checks):
+        self.run = run
+
+    def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
+        out = []
+        for env, answer in pairs:
+            r = self.run(env.public, answer)
+            fired = tuple(f"unsupported_number:{n}" for n in r.unsupported_numbers) + tuple(
+                f"unknown_citation:{c}" for c in r.unknown_citations)
+            out.append(OracleVerdict(float(r.violates), r.violates, None, verifier=self.name,
+                                     reason="; ".join(fired) or "no check fired", fired=fired))
+        return out
+
+
+class AnyVerifier:
+    """Violates when any member says so (the rule in the module docstring)."""
+
+    name = "any"
+
+    def __init__(self, members: Sequence[Verifier]):
+        if len(members) < 2:
+            raise ValueError("`any` needs two or more verifiers")
+        self.members = tuple(members)
+
+    def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
+        per = [m.verify(pairs) for m in self.members]
+        return [combine(tuple(vs)) for vs in zip(*per, strict=True)]
+
+
+def combine(parts: tuple[OracleVerdict, ...]) -> OracleVerdict:
+    yes = [p for p in parts if p.violates is True]
+    undecided = [p for p in parts if p.violates is None]
+    if yes:
+        violates, deciders = True, yes
+    elif undecided:
+        violates, deciders = None, undecided
+    else:
+        violates, deciders = False, list(parts)
+    decided = [p.p_violates for p in parts if p.violates is not None and p.p_violates is not None]
+    p = None if violates is None or not decided else max(decided)
+    error = None if violates is not None else "; ".join(f"{d.verifier}: {d.error}" for d in deciders)
+    reason = "; ".join(f"{d.verifier}: {d.reason}" for d in deciders)
+    return OracleVerdict(p, violates, error, verifier="+".join(d.verifier for d in deciders), reason=reason,
+                         fired=tuple(f for d in yes for f in d.fired), parts=parts)
+
+
+def build_verifier(oracle_cfg: OracleConfig | Mapping[str, Any], *,
+                   backend_for: Callable[[str], Any] | None = None) -> Verifier:
+    """The verifier `oracle_cfg` names.
+
+    backend_for(model) -> Backend is called only when `llm` is used and model is not "endpoint":
+    with "initial" or a policy config name (the caller owns model loading: the audit maps "initial"
+    to the run's policy, whose adapter the oracle switches off). "endpoint" builds an
+    `EndpointBackend` from `oracle_cfg.endpoint` here (it reads the key's environment variable).
+    """
+    cfg = oracle_cfg if isinstance(oracle_cfg, OracleConfig) else OracleConfig.from_mapping(oracle_cfg)
+
+    def member(name: str) -> Verifier:
+        if name == "checks":
+            return ChecksVerifier()
+        if name == "spec":
+            from .spec import SpecVerifier
+
+            return SpecVerifier()
+        from .oracle import LLMOracle
+
+        if cfg.model == "endpoint":
+            from selfplay.models.endpoint import EndpointBackend
+
+            backend = EndpointBackend.from_config(cfg.endpoint, name=f"endpoint:{cfg.endpoint.model}")
+        elif backend_for is None:
+            raise ValueError(f"oracle {cfg.name!r} uses the LLM oracle on model {cfg.model!r}: pass backend_for")
+        else:
+            backend = backend_for(cfg.model)
+        kw = {} if cfg.min_mass is None else {"min_mass": cfg.min_mass}
+        return LLMOracle(backend, adapter=False, **kw)
+
+    if cfg.name == "any":
+        return AnyVerifier([member(m) for m in cfg.verifiers])
+    return member(cfg.name)
+
+
+# ---------------------------------------------------------------- cache rows
+
+
+def _source_hash() -> str:
+    from selfplay.models import endpoint
+
+    from . import oracle, prompts, scoring, spec
+
+    mods = (checks_mod, spec, oracle, prompts, scoring, endpoint, inspect.getmodule(combine))
+    return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:12]
+
+
+def _anchor(env: Environment) -> dict[str, Any]:
+    return {"task_id": env.task_id, "kind": env.kind, "question": env.public.question,
+            "evidence": [[d.doc_id, d.text] for d in env.public.evidence], "certificate": env.certificate,
+            "evaluation_spec": env.evaluation_spec, "ground_truth": env.ground_truth}
+
+
+def cache_fingerprint(oracle_cfg: OracleConfig, envs: Sequence[Environment], *, model: Any = None) -> dict[str, Any]:
+    """What determines the verdict rows of `envs` (JSON-able; hash it to name the cache file):
+    the config's fingerprint, the verifiers' code, every field of `envs` a verifier reads (an
+    edited certificate or `checks` is a new file, never a stale hit) and `model` — what the LLM
+    oracle's model name stands for when the name alone does not fix it (for "initial": the run's
+    policy config mapping); ignored when no LLM is used. Never the API key."""
+    return {"oracle": oracle_cfg.fingerprint(), "model": model if oracle_cfg.uses_llm else None,
+            "code": _source_hash(),
+            "envs": hashlib.sha256(json.dumps(sorted((_anchor(e) for e in envs), key=lambda a: a["task_id"]),
+                                              sort_keys=True, default=str).encode()).hexdigest()[:16]}
+
+
+def verdict_row(v: OracleVerdict) -> dict[str, Any]:
+    """A JSON-able row (the prompt left out: it is rebuilt from the environment and the answer)."""
+    return {"violates": v.violates, "p_violates": v.p_violates, "error": v.error, "probs": dict(v.probs),
+            "verifier": v.verifier, "reason": v.reason, "fired": list(v.fired), "mode": v.mode,
+            "parts": [verdict_row(p) for p in v.parts]}
+
+
+def verdict_from_row(row: Mapping[str, Any]) -> OracleVerdict:
+    return OracleVerdict(row["p_violates"], row["violates"], row.get("error"), dict(row.get("probs") or {}),
+                         verifier=row.get("verifier", "llm"), reason=row.get("reason", ""),
+                         fired=tuple(row.get("fired") or ()), mode=row.get("mode"),
+                         parts=tuple(verdict_from_row(p) for p in row.get("parts") or ()))
