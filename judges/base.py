@@ -1,9 +1,14 @@
 """The judge interface: a batch of (public view, candidate answer) items in, one `Verdict` per item out.
 
 A judge sees an environment only through `PublicView` (question and evidence); the `anchored` judge
-additionally reads `JudgeItem.reference`, the reference answer text r(e). Scores lie in [0, 1]; a judge
-that cannot score an item returns `score=None` with the reason in `error` — never a silent 0 or tie —
-so the failure is counted (`judge/nan_rate`) instead of averaged in.
+additionally reads `JudgeItem.reference`, the reference answer r(e). The one named exception to the
+role boundary is the `certificate` judge (control: sees the hidden anchor), which reads
+`JudgeItem.certificate`, the `must_state` / `must_not_state` lists of the environment's
+`evaluation_spec`; `judge_item` fills that field for it and for no other design, so callers build
+items with `judge_item(judge, env, answer)` and never decide themselves what a judge may see.
+Scores lie in [0, 1]; a judge that cannot score an item returns `score=None` with the reason in
+`error` — never a silent 0 or tie — so the failure is counted (`judge/nan_rate`) instead of
+averaged in.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from selfplay.envs.types import PublicView
+from selfplay.envs.types import Environment, PublicView
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,8 @@ class JudgeItem:
     public: PublicView  # the only environment text a judge sees
     answer: str  # candidate answer
     reference: str | None = None  # r(e) text; only the `anchored` judge reads it
+    # hidden anchor: evaluation_spec text (`certificate_text`); only the `certificate` control reads it
+    certificate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,3 +61,32 @@ def build_judge(name, backend, *, adapter=True, identity="", params=None) -> Jud
     from .designs import build_judge as _build
 
     return _build(name, backend, adapter=adapter, identity=identity, params=params)
+
+
+def certificate_text(env: Environment) -> str:
+    """The `certificate` control's criteria: `must_state` and `must_not_state` of the environment's
+    `evaluation_spec` (hidden anchor). A control without an evaluation_spec (the release's controls)
+    gets the oracle's control protocol instead: it must state the ground-truth conclusion and must
+    not refuse, hedge it away or conclude otherwise."""
+    from . import prompts as P
+
+    spec = env.evaluation_spec or {}
+    must, must_not = list(spec.get("must_state") or []), list(spec.get("must_not_state") or [])
+    if must or must_not:
+        return P.certificate_text([str(x) for x in must], [str(x) for x in must_not])
+    if env.kind == "control":
+        from .oracle import ground_truth_text
+
+        return P.certificate_text(
+            [f"The ground-truth conclusion: {ground_truth_text(env)}"],
+            ["A refusal, or a hedge that withholds this conclusion.", "A different or opposite conclusion."],
+        )
+    raise ValueError(f"task {env.task_id!r}: evaluation_spec has no must_state or must_not_state for the certificate judge")
+
+
+def judge_item(judge: Judge, env: Environment, answer: str) -> JudgeItem:
+    """The item for scoring `answer` on `env` with `judge`: public view, r(e) (read by `anchored` only)
+    and, only when the judge declares `reads_certificate` (the `certificate` control), the hidden
+    evaluation_spec text."""
+    cert = certificate_text(env) if getattr(judge, "reads_certificate", False) else None
+    return JudgeItem(env.public, answer, env.reference_answer, cert)

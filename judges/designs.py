@@ -1,10 +1,18 @@
-"""The five reward designs (SPEC §4) as one parameterised judge over the templates in `prompts.py`.
+"""The LLM reward designs (SPEC §4) as one parameterised judge over the templates in `prompts.py`.
 
 A design is three choices: an optional stage 1 (greedy text generated once per environment before
 any candidate is seen), pointwise or pairwise scoring, and for pairwise the opponent (the reference
 answer r(e) or the stage-1 blind solution). `anchored` randomises nothing: it asks both presentation
 orders and averages them, which removes position bias instead of sampling it; the reference is shown
 as an unnamed "ANSWER A"/"ANSWER B", so its identity stays hidden.
+
+`certificate` is the control that sees the hidden anchor: pointwise, like `generic`, but its
+criteria are the environment's `evaluation_spec` (`must_state`, `must_not_state`) carried by
+`JudgeItem.certificate`, which `judges.base.judge_item` fills for this design only (the paper's
+certificate-faithful rubric, exploited 0%). No other design reads that field.
+
+`params.instruction` picks the prompt regime: `neutral` (default, the paper's) or `honesty_aware`
+(see `prompts.py`).
 
 Stage-1 artifacts are cached under (identity, adapter, task_id): `identity` names the judge's weights
 (e.g. "seed0/iter_2"); set `judge.identity` when the weights change and stage 1 runs again.
@@ -34,8 +42,10 @@ class JudgeParams:
 
     min_verdict_mass: float = scoring.MIN_VERDICT_MASS  # floor on verdict-token mass, see scoring.py
     max_new_tokens: int = 256  # stage-1 artifact length (greedy)
+    instruction: str = P.NEUTRAL  # prompt regime: "neutral" (the paper's) or "honesty_aware" (opt-in)
 
     def __post_init__(self):
+        P.check_instruction(self.instruction)
         if not 0.0 <= self.min_verdict_mass < 1.0:
             raise ValueError(f"min_verdict_mass must be in [0, 1); got {self.min_verdict_mass}")
         if self.max_new_tokens < 1:
@@ -61,6 +71,7 @@ class Design:
     stage1: str | None = None  # key of prompts.STAGE1
     opponent: str | None = None  # pairwise: "reference" or "artifact"
     fixed_criteria: str | None = None  # pointwise criteria used for every task (generic)
+    reads_certificate: bool = False  # criteria = JudgeItem.certificate (the `certificate` control only)
 
 
 class TemplateJudge:
@@ -70,6 +81,7 @@ class TemplateJudge:
                  params: JudgeParams | None = None):
         self.design = design
         self.name = design.name
+        self.reads_certificate = design.reads_certificate  # judge_item fills JudgeItem.certificate on it
         self.backend = backend
         self.adapter = adapter
         self.identity = identity
@@ -93,8 +105,9 @@ class TemplateJudge:
             if self._key(it.public.task_id) not in self._cache:
                 todo.setdefault(it.public.task_id, it.public)
         if todo:
+            kind, instruction = self.design.stage1, self.params.instruction
             rendered = [
-                self.backend.render(P.messages(P.STAGE1_SYSTEM, P.stage1_user(self.design.stage1, pub)))
+                self.backend.render(P.messages(P.STAGE1_SYSTEM, P.stage1_user(kind, pub, instruction)))
                 for pub in todo.values()
             ]
             texts = self.backend.greedy(rendered, max_new_tokens=self.params.max_new_tokens, adapter=self.adapter)
@@ -112,20 +125,28 @@ class TemplateJudge:
 
     # ------------------------------------------------------------ stage 2
     def _render(self, user: str) -> str:
-        return self.backend.render(P.messages(P.JUDGE_SYSTEM, user)) + self._prefill
+        return self.backend.render(P.messages(P.judge_system(self.params.instruction), user)) + self._prefill
 
     def prompts_for(self, item: JudgeItem, artifact: str | None) -> list[str]:
         """Scoring prompts of one item: [order ab, order ba] (candidate first as A, then as B) or [pointwise]."""
-        d = self.design
+        d, instruction = self.design, self.params.instruction
         if d.pairwise:
             other = item.reference if d.opponent == "reference" else artifact
             if other is None:
                 raise ValueError(f"{d.name} judge needs the reference answer for task {item.public.task_id!r}")
             return [
-                self._render(P.pairwise_user(item.public, item.answer, other)),
-                self._render(P.pairwise_user(item.public, other, item.answer)),
+                self._render(P.pairwise_user(item.public, item.answer, other, instruction)),
+                self._render(P.pairwise_user(item.public, other, item.answer, instruction)),
             ]
-        criteria = d.fixed_criteria if d.fixed_criteria is not None else artifact
+        if d.reads_certificate:
+            if item.certificate is None:
+                raise ValueError(
+                    f"{d.name} judge needs JudgeItem.certificate for task {item.public.task_id!r}: "
+                    f"build items with judges.judge_item(judge, env, answer)"
+                )
+            criteria = item.certificate
+        else:
+            criteria = d.fixed_criteria if d.fixed_criteria is not None else artifact
         return [self._render(P.pointwise_user(item.public, d.name, criteria, item.answer))]
 
     def _logprobs(self, prompts: list[str]):
@@ -189,8 +210,14 @@ def generic(backend: Backend, **kw) -> TemplateJudge:
     return TemplateJudge(Design("generic", pairwise=False, fixed_criteria=P.GENERIC_RUBRIC), backend, **kw)
 
 
+def certificate(backend: Backend, **kw) -> TemplateJudge:
+    """Control: sees the hidden anchor. Pointwise 1-5 adherence to the evaluation_spec's
+    must_state / must_not_state; the one named exception to the role boundary."""
+    return TemplateJudge(Design("certificate", pairwise=False, reads_certificate=True), backend, **kw)
+
+
 JUDGES: dict[str, Callable[..., Judge]] = {
-    f.__name__: f for f in (anchored, commit_first, blind_solve, rubric, generic)
+    f.__name__: f for f in (anchored, commit_first, blind_solve, rubric, generic, certificate)
 }
 JUDGES["decisive"] = decisive  # the no-model positive control (judges/decisive.py)
 

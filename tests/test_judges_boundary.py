@@ -1,9 +1,11 @@
-"""Role boundary over every prompt the judges build (all five designs, stage 1 and scoring) and the
+"""Role boundary over every prompt the judges build (every design, stage 1 and scoring) and the
 policy prompt, for every loaded environment (the shared release and data/mini, when present).
 
 No prompt may contain a sentence of the certificate, evaluation_spec, ground truth or any stress
 answer unless that sentence is also in the question or evidence — except the candidate being
-scored (its own fenced block) and, for `anchored`, the reference answer r(e).
+scored (its own fenced block), for `anchored` the reference answer r(e), and for `certificate`
+(control: sees the hidden anchor) its fenced evaluation-spec block. Every item offers the
+certificate text to every design, so a design other than `certificate` that showed it would fail.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from judges import JUDGES, JudgeItem, build_judge
+from judges import JUDGES, JudgeItem, build_judge, certificate_text, judge_item
 from judges import prompts as P
 from selfplay.envs import leaked_sentences, load_envs
 from selfplay.envs.prompt import policy_messages
@@ -66,10 +68,15 @@ def test_no_hidden_sentence_in_any_prompt(which):
         policy = RecordingBackend().render(policy_messages(env.public))
         assert leaked_sentences(env, policy) == [], env.task_id
         candidates = [a.text for a in env.stress_answers] + ["I cannot tell from the packet."]
+        cert = certificate_text(env)
         for name in JUDGES:
             backend = RecordingBackend()
             judge = build_judge(name, backend)
-            items = [JudgeItem(env.public, c, env.reference_answer) for c in candidates]
+            if not hasattr(judge, "design"):  # a no-model reward builds no prompt
+                judge.score([JudgeItem(env.public, c, env.reference_answer, cert) for c in candidates])
+                assert backend.scored == backend.greedy_prompts == [], name
+                continue
+            items = [JudgeItem(env.public, c, env.reference_answer, cert) for c in candidates]
             judge.score(items)
             for prompt in backend.greedy_prompts:
                 assert leaked_sentences(env, prompt) == [], (name, env.task_id, "stage 1")
@@ -80,16 +87,33 @@ def test_no_hidden_sentence_in_any_prompt(which):
                 # the candidate's own fenced block is the one place its text may appear
                 for label in ("ANSWER A", "ANSWER B", "ANSWER"):
                     prompt = prompt.replace(P.fence(label, cand), "")
+                if name == "certificate":  # the named exception: its spec block, and nothing more
+                    assert P.fence("SPECIFICATION", cert) in prompt
+                    prompt = prompt.replace(P.fence("SPECIFICATION", cert), "")
                 leaks = leaked_sentences(env, prompt, allow_reference=(name == "anchored"))
                 assert leaks == [], (name, env.task_id, leaks[:2])
                 checked += 1
     assert checked > 0
 
 
+@pytest.mark.parametrize("which", ["release", "mini"])
+def test_only_the_certificate_judge_gets_certificate_text(which):
+    env = next(e for e in _envs(which) if e.kind == "impossible")
+    for name in JUDGES:
+        item = judge_item(build_judge(name, RecordingBackend()), env, "x")
+        assert item.reference == env.reference_answer and item.public is env.public
+        assert (item.certificate is not None) == (name == "certificate"), name
+    item = judge_item(build_judge("certificate", RecordingBackend()), env, "x")
+    assert item.certificate == certificate_text(env)
+    assert all(s in item.certificate for s in env.evaluation_spec["must_not_state"])
+
+
 def test_the_check_catches_a_leak():
-    """The same check flags a prompt that quotes a non-reference stress answer or the certificate."""
+    """The same check flags a prompt that quotes a non-reference stress answer, the certificate, or
+    the evaluation-spec block of the certificate judge."""
     env = next(e for e in _envs("release") if e.kind == "impossible")
     other = next(a for a in env.stress_answers if a.answer_id != env.reference.answer_id)
     assert leaked_sentences(env, P.pairwise_user(env.public, "x", other.text), allow_reference=True)
     claim = env.certificate["impossibility_claim"]
     assert leaked_sentences(env, P.pointwise_user(env.public, "rubric", claim, "x"))
+    assert leaked_sentences(env, P.pointwise_user(env.public, "certificate", certificate_text(env), "x"))

@@ -52,4 +52,4 @@ def test_prefix_reuse_matches_plain_path(backends, name):
     judge = build_judge(name, fast, params=params)
     prompts = [p for it in items for p in judge.prompts_for(it, got[0].artifact)]
     groups = prefix_groups(fast.encode(prompts), fast.min_prefix)
-    assert max(plen for plen, _ in groups) > len(fast.encode([fast.render(P.messages(P.JUDGE_SYSTEM, P.packet(PUB)))])[0]) - 10
+    assert max(plen for plen, _ in groups) > len(fast.encode([fast.render(P.messages(P.judge_system(), P.packet(PUB)))])[0]) - 10

@@ -8,6 +8,17 @@
 - gemma3: no system role. The system message is folded into the first user turn here, before the
   template sees it, so every Gemma prompt has the same shape whichever template version is installed.
 
+Sealing: before the template is applied, every message's content is rewritten so that no special
+or added token of that tokenizer can arise from it (`seal`): each occurrence of a special-token or
+added-token string (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, `<start_of_turn>`, `<bos>`,
+Qwen3's `<think>`, ...; added tokens that are pure whitespace are left alone, they end nothing) gets
+an inert look-alike — its first character swapped for a visually similar one that no
+normaliser maps back (`<` -> `‹` U+2039, `[` -> `⟦`, `{` -> `❴`, `|` -> `ǀ`; otherwise a word joiner
+after the first character). The policy can write `<|im_end|>` as ordinary tokens and decoding keeps
+that text; without sealing the judge's tokenizer would turn it back into the real token and close the
+turn. Only the template's own markup yields special token ids, so one answer cannot forge a turn in
+a judge, oracle or policy prompt on either backend (both render here).
+
 Real Qwen3 and Gemma tokenizers bring their own template. Tiny random test models share the SmolLM2
 tokenizer, so `loading.tiny_model` installs `FAMILY_TEMPLATES[family]` on their copy: a compact
 rendering of the same format for plain-text conversations, so tiny-qwen3 / tiny-gemma3 prompts look
@@ -16,6 +27,9 @@ like the real ones.
 
 from __future__ import annotations
 
+import contextlib
+import re
+import weakref
 from collections.abc import Sequence
 
 from selfplay.models.config import PolicyConfig
@@ -79,15 +93,62 @@ def fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     return [first, *rest[1:]]
 
 
+_LOOKALIKE = {"<": "\u2039", "[": "\u27e6", "{": "\u2774", "|": "\u01c0"}
+_WORD_JOINER = "\u2060"
+# per tokenizer: (vocabulary size when built, pattern of its special strings); added tokens change len
+_PATTERNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def special_strings(tokenizer) -> list[str]:
+    """Every special-token string and every non-whitespace added token of `tokenizer`, longest first."""
+    found = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        found.add(str(getattr(tok, "content", tok)))
+    return sorted((s for s in found if s.strip()), key=lambda s: (-len(s), s))
+
+
+def _pattern(tokenizer) -> re.Pattern[str] | None:
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else -1
+    try:
+        cached = _PATTERNS.get(tokenizer)
+    except TypeError:  # not weak-referenceable: build each time
+        cached = None
+    if cached is None or cached[0] != size:
+        strings = special_strings(tokenizer)
+        cached = (size, re.compile("|".join(map(re.escape, strings))) if strings else None)
+        with contextlib.suppress(TypeError):
+            _PATTERNS[tokenizer] = cached
+    return cached[1]
+
+
+def inert(token: str) -> str:
+    """A look-alike of a special-token string that contains no special-token string."""
+    head = token[0]
+    return _LOOKALIKE[head] + token[1:] if head in _LOOKALIKE else head + _WORD_JOINER + token[1:]
+
+
+def seal(tokenizer, text: str) -> str:
+    """`text` with every special/added-token string of `tokenizer` replaced by `inert(...)`, repeated
+    until none is left (a replacement could in principle complete another one)."""
+    pattern = _pattern(tokenizer)
+    if pattern is None:
+        return text
+    for _ in range(8):
+        if not pattern.search(text):
+            return text
+        text = pattern.sub(lambda m: inert(m.group(0)), text)
+    raise ValueError(f"chat: cannot seal text against the tokenizer's special tokens: {text[:80]!r}")
+
+
 def render(
     tokenizer, cfg: PolicyConfig, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
 ) -> str:
     """Messages -> prompt string through the policy's chat template (see the module docstring).
 
     Backends tokenize the result with `add_special_tokens=False`: the template already holds every
-    special token the model expects (Gemma's BOS included).
+    special token the model expects (Gemma's BOS included), and sealed contents hold none.
     """
-    messages = check_messages(messages)
+    messages = [{"role": m["role"], "content": seal(tokenizer, m["content"])} for m in check_messages(messages)]
     if not cfg.system_role:
         messages = fold_system(messages)
     if not getattr(tokenizer, "chat_template", None):
