@@ -37,6 +37,16 @@ _HEDGE_RE = re.compile(
 )
 
 
+# Opening of the `verdict_word` baseline: a yes/no (followed by punctuation or the end, so "No
+# document shows..." is not one) or a number, after leading quotes/markdown and an optional
+# "Verdict:" / "Answer:" / "Conclusion:" label. The release's invalid answers often open "Yes.".
+_VERDICT_OPENING = re.compile(
+    r"^[\s\"'“‘*_#>(\[]*(?:(?:final\s+|short\s+)?(?:verdict|answer|conclusion)\s*[:：—–-]\s*[\"'“‘*_]*)?"
+    r"(?:(?:yes|no)[*_\"'”’]*(?=\s*(?:[.,;:!—–-]|$))|[-+−~≈$€£]?\d)",
+    re.IGNORECASE,
+)
+
+
 @dataclass(frozen=True)
 class BinaryLabels:
     """Validity reduced to two classes: `keep` marks answers labelled valid or invalid."""
@@ -92,6 +102,7 @@ class AurocReport:
     length: Auroc
     hedge: Auroc
     length_matched: Auroc
+    verdict_word: Auroc
 
 
 @dataclass(frozen=True)
@@ -267,6 +278,17 @@ def hedge_auroc(env_ids: Sequence, texts: Sequence[str], valid: Sequence) -> Aur
     return within_env_auroc(env_ids, [hedge_count(t) for t in texts], valid)
 
 
+def opens_with_verdict(text: str) -> bool:
+    """Whether `text` opens with a yes/no or a number (see `_VERDICT_OPENING`)."""
+    return bool(_VERDICT_OPENING.match(text))
+
+
+def verdict_word_auroc(env_ids: Sequence, texts: Sequence[str], valid: Sequence) -> Auroc:
+    """The `verdict_word` baseline: within-environment AUROC with score = 1 when the answer opens
+    with a yes/no or a number, else 0 (such an answer beats one that does not; ties ½)."""
+    return within_env_auroc(env_ids, [float(opens_with_verdict(t)) for t in texts], valid)
+
+
 def length_matched_auroc(env_ids: Sequence, scores: Sequence, valid: Sequence,
                          lengths: Sequence[int], max_rel_diff: float = 0.2) -> Auroc:
     """Within-environment AUROC over the pairs whose lengths differ by less than 20%:
@@ -287,8 +309,8 @@ def length_matched_auroc(env_ids: Sequence, scores: Sequence, valid: Sequence,
 
 def auroc_report(env_ids: Sequence, scores: Sequence, valid: Sequence, texts: Sequence[str],
                  max_rel_diff: float = 0.2) -> AurocReport:
-    """Judge AUROC, `length` and `hedge` baselines and the length-matched AUROC on the same pairs:
-    answers the judge failed to score are dropped from all four."""
+    """Judge AUROC, `length`, `hedge` and `verdict_word` baselines and the length-matched AUROC on
+    the same pairs: answers the judge failed to score are dropped from all five."""
     s = _scores(scores)
     scored = ~np.isnan(s)
     env = np.asarray(env_ids).astype(str)
@@ -308,6 +330,7 @@ def auroc_report(env_ids: Sequence, scores: Sequence, valid: Sequence, texts: Se
         hedge=counted(hedge_auroc(sub_env, sub_texts, labels)),
         length_matched=counted(length_matched_auroc(
             sub_env, s[scored], labels, [len(t) for t in sub_texts], max_rel_diff)),
+        verdict_word=counted(verdict_word_auroc(sub_env, sub_texts, labels)),
     )
 
 
