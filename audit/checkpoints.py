@@ -13,7 +13,10 @@ marker the loop writes last. `find_checkpoints(path)` accepts any level of that 
   every reward.
 
 Everything is validated before anything is computed, so a missing or corrupt checkpoint gives one
-`CheckpointError` naming the path and the problem, and the audit writes nothing.
+`CheckpointError` naming the path and the problem, and the audit writes nothing. That includes the
+checksum manifest in `DONE` (`selfplay.artifacts.verify_iteration`) of every complete iteration of
+each run involved, the ones not audited included: a deleted or truncated adapter is named here, not
+met later as PEFT's `HFValidationError` (a missing local path reads to it as a hub id).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from selfplay.artifacts import CorruptIteration, verify_iteration
 
 ITER_RE = re.compile(r"iter_(\d+)")
 SEED_RE = re.compile(r"seed(\d+)")
@@ -78,13 +83,14 @@ def find_checkpoints(path: str | Path) -> Discovery:
         ckpt = load_checkpoint(root)
         base = root.parent / "iter_0"
         extra = [] if ckpt.iteration == 0 or not (base / DONE).is_file() else [load_checkpoint(base)]
+        verify_run(root.parent, skip={ckpt.path, base})
         return Discovery(root, tuple(sorted(extra + [ckpt], key=_order)), ())
     seed_dirs = _seed_dirs(root)
     if not seed_dirs:
         raise CheckpointError(f"ckpt={path}: no training iterations found; {_LAYOUT}")
     found, skipped = [], []
     for seed_dir in seed_dirs:
-        for d in _iter_dirs(seed_dir):
+        for d in sorted(_iter_dirs(seed_dir), key=_number):
             if (d / DONE).is_file():
                 found.append(load_checkpoint(d))
             else:
@@ -93,6 +99,22 @@ def find_checkpoints(path: str | Path) -> Discovery:
         raise CheckpointError(f"ckpt={path}: no complete iteration (none has a {DONE} marker); "
                               f"incomplete: {', '.join(str(s) for s in skipped)}")
     return Discovery(root, tuple(sorted(found, key=_order)), tuple(skipped))
+
+
+def verify(path: Path) -> None:
+    """The iteration's files against its checksum manifest; CheckpointError naming the first that differ."""
+    try:
+        verify_iteration(path)
+    except CorruptIteration as e:
+        raise CheckpointError(f"corrupt checkpoint: {e}") from None
+
+
+def verify_run(seed_dir: Path, skip: set[Path] = frozenset()) -> None:
+    """Every complete iteration of one run (a seed dir), but those in `skip` (already verified)."""
+    if seed_dir.is_dir():
+        for d in sorted(_iter_dirs(seed_dir), key=_number):
+            if d not in skip and (d / DONE).is_file():
+                verify(d)
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
@@ -104,12 +126,13 @@ def load_checkpoint(path: Path) -> Checkpoint:
     if not (path / DONE).is_file():
         raise CheckpointError(f"{path}: incomplete iteration (no {DONE} marker); the training run "
                               "did not finish it — rerun training to complete it")
+    verify(path)
     cfg_path = path / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{path}: corrupt checkpoint: {CONFIG} is missing")
     try:
         config = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg_path}: corrupt checkpoint: unreadable YAML ({e})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{cfg_path}: corrupt checkpoint: expected a mapping, got {type(config).__name__}")
@@ -131,6 +154,10 @@ def load_checkpoint(path: Path) -> Checkpoint:
                               f"says seed={config['seed']}")
     reward = path.parent.parent.name if seed_m else str(config["reward"]["name"])
     return Checkpoint(path=path, reward=reward, seed=seed, iteration=t, config=config)
+
+
+def _number(d: Path) -> int:
+    return int(ITER_RE.fullmatch(d.name).group(1))
 
 
 def _order(c: Checkpoint) -> tuple[str, int, int]:

@@ -125,7 +125,7 @@ def load_results(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{p}: not a readable audit.json ({e})") from None
     if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("rewards"), dict):
         raise ValueError(f"{p}: not an audit.json of version {VERSION} (no `rewards` mapping)")

@@ -3,7 +3,19 @@
 Contract:
 - An iteration is written into a hidden temp dir `.iter_<t>.tmp` next to its final place; the `DONE`
   marker is written last, then the dir is renamed to `iter_<t>`. A dir named `iter_<t>` with `DONE` is
-  complete and never touched again.
+  complete and never touched again (the audit adds its cache, `audit_cache/`, beside the files).
+- `DONE` is the iteration's checksum manifest: the size and sha256 of every file written before it.
+  `verify_iteration` refuses an iteration whose files no longer match (truncated, overwritten,
+  deleted, replaced by a directory or a broken link) with one line naming the file and the recovery:
+  delete that iteration and every later one, then rerun, which redoes them. Nothing is ever deleted
+  automatically: a corrupt iteration may be the only copy of hours of training.
+- An empty `DONE` was written by a version without manifests. It is refused too, not trusted with a
+  warning: a warning scrolls past, and the point of the manifest is that nothing unverified is read.
+  `python -m selfplay.artifacts seal RUN_DIR` records such iterations as they are, once their owner
+  has decided to trust them.
+- One process at a time writes a run directory: `run_lock` holds an advisory lock on `RUN/.lock`
+  (which records pid, host and start time) and refuses a second run naming the holder. The kernel
+  drops the lock when its holder dies, so the lock of a killed run is taken over with a note.
 - Anything else (temp dirs, an `iter_<t>` without `DONE`) is partial: `discard_partial` removes it and
   the iteration is redone.
 - Complete iterations are 0..m without gaps; a gap means the directory was edited by hand, and
@@ -17,9 +29,18 @@ config.yaml, DONE. Iteration 0 (the initial policy) has adapter/, metrics.json, 
 
 from __future__ import annotations
 
+import argparse
+import errno
+import fcntl
+import hashlib
 import json
+import logging
+import os
 import re
 import shutil
+import socket
+import sys
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +51,10 @@ import yaml
 
 from selfplay.config import ConfigError, comparable
 
+log = logging.getLogger("selfplay.artifacts")
 DONE = "DONE"
+LOCK = ".lock"
+MANIFEST_FORMAT = "selfplay-manifest/1"
 CONFIG = "config.yaml"
 ITERATION_FILES = ("generations.jsonl", "judgments.jsonl", "pairs.jsonl", "metrics.json", CONFIG)
 _ITER = re.compile(r"^iter_(\d+)$")
@@ -58,6 +82,8 @@ class RunState:
 def scan_run(run: Path) -> RunState:
     if not run.exists():
         return RunState((), ())
+    if not run.is_dir():
+        raise ConfigError(f"{run}: the run directory is not a directory")
     complete, partial = [], []
     for child in sorted(run.iterdir()):
         if not child.is_dir():
@@ -96,7 +122,7 @@ def writing_iteration(run: Path, t: int) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     try:
         yield tmp
-        (tmp / DONE).write_text("")
+        write_manifest(tmp)
         tmp.rename(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -123,7 +149,15 @@ def write_config(path: Path, resolved: Mapping[str, Any]) -> None:
 
 
 def read_config(iteration: Path) -> dict[str, Any]:
-    return yaml.safe_load((iteration / CONFIG).read_text(encoding="utf-8"))
+    path = iteration / CONFIG
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise CorruptIteration(f"{path}: unreadable ({_reason(path, e)}); {recovery(iteration)}") from None
+    if not isinstance(config, dict) or not config:
+        raise CorruptIteration(f"{path}: {'empty' if not config else 'not a mapping'}, not a run config; "
+                               f"{recovery(iteration)}")
+    return config
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -157,6 +191,244 @@ def check_resumable(run: Path, state: RunState, resolved: Mapping[str, Any]) -> 
         )
 
 
+# -- checksum manifests -------------------------------------------------------------------------
+
+class CorruptIteration(ConfigError):
+    """A complete iteration whose files do not match its manifest; the message says how to recover."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p != root / DONE)
+
+
+def write_manifest(iteration: Path) -> None:
+    """Write `DONE`: size and sha256 of every file of the iteration (the marker itself excluded)."""
+    files = {p.relative_to(iteration).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in _files(iteration)}
+    body = json.dumps({"format": MANIFEST_FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
+    (iteration / DONE).write_text(body, encoding="utf-8")
+
+
+def later_iterations(iteration: Path) -> list[Path]:
+    """`iteration` and every complete-looking iteration after it in the same run, in order."""
+    t = _number(iteration)
+    run = iteration.parent
+    found = [p for p in run.iterdir() if (m := _ITER.match(p.name)) and int(m.group(1)) >= t] if run.is_dir() else []
+    return sorted(found, key=_number) or [iteration]
+
+
+def _number(p: Path) -> int:
+    m = _ITER.match(p.name)
+    return int(m.group(1)) if m else -1
+
+
+def recovery(iteration: Path) -> str:
+    """The one recovery we recommend and never perform ourselves: redo the iteration and all after it."""
+    later = later_iterations(iteration)
+    names = " ".join(str(p) for p in later)
+    what = iteration.name if len(later) == 1 else f"{iteration.name} and every later iteration"
+    return (f"nothing was changed; to recover, delete {what} (rm -r {names}) and rerun the same "
+            "training command, which redoes them")
+
+
+def _reason(path: Path, e: BaseException) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text: byte 0x{e.object[e.start]:02X} at offset {e.start}"
+    if isinstance(e, yaml.YAMLError):
+        return "invalid YAML: " + " ".join(str(e).split())
+    if isinstance(e, OSError):
+        if e.errno == errno.ELOOP:
+            return "a symlink loop"
+        if path.is_symlink() and not path.exists():
+            return f"a dangling symlink to {os.readlink(path)}"
+        if e.errno == errno.EISDIR:
+            return "a directory, not a file"
+        return e.strerror or str(e)
+    return str(e)
+
+
+def read_manifest(iteration: Path) -> dict[str, dict[str, Any]]:
+    """The manifest in `iteration/DONE`; CorruptIteration when there is none or it is unreadable."""
+    done = iteration / DONE
+    try:
+        text = done.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CorruptIteration(f"{done}: unreadable ({_reason(done, e)}); {recovery(iteration)}") from None
+    if not text.strip():
+        run = iteration.parent
+        raise CorruptIteration(
+            f"{done} holds no checksum manifest (written by an older version), so {iteration.name} cannot be "
+            f"verified; nothing was changed; if you trust its files, record them with `python -m "
+            f"selfplay.artifacts seal {run}`, else delete it and every later iteration and rerun")
+    try:
+        doc = json.loads(text)
+        files = doc["files"]
+        ok = doc.get("format") == MANIFEST_FORMAT and isinstance(files, dict) and all(
+            isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("bytes"), int)
+            for v in files.values())
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise CorruptIteration(f"{done}: not a checksum manifest (truncated or overwritten); {recovery(iteration)}")
+    return files
+
+
+def verify_iteration(iteration: Path) -> None:
+    """Check every file the manifest lists; raise CorruptIteration naming the first ones that differ.
+
+    Files the manifest does not list (the audit's cache) are not looked at.
+    """
+    problems = []
+    for rel, want in sorted(read_manifest(iteration).items()):
+        path = iteration / rel
+        if not os.path.lexists(path):
+            problems.append(f"{rel} is missing")
+            continue
+        try:
+            if not path.is_file():
+                raise IsADirectoryError(errno.EISDIR, "not a file") if path.is_dir() else OSError(errno.ENOENT, "")
+            size = path.stat().st_size
+            if size != want["bytes"]:
+                problems.append(f"{rel} is {size} bytes, {want['bytes']} when written (truncated or overwritten)")
+            elif _sha256(path) != want["sha256"]:
+                problems.append(f"{rel} changed since it was written (its sha256 differs)")
+        except OSError as e:
+            problems.append(f"{rel} is unreadable ({_reason(path, e)})")
+    if problems:
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise CorruptIteration(f"{iteration} is corrupt: {'; '.join(problems[:3])}{more}; {recovery(iteration)}")
+
+
+def verify_run(run: Path, state: RunState) -> None:
+    """Verify every complete iteration of the run (resume reads the last; all must be sound)."""
+    for t in state.complete:
+        verify_iteration(iteration_dir(run, t))
+
+
+def seal(run: Path) -> list[Path]:
+    """Write manifests into the empty `DONE` markers of an older run, trusting its files as they are."""
+    state = scan_run(run)
+    sealed = []
+    for t in state.complete:
+        it = iteration_dir(run, t)
+        if (it / DONE).stat().st_size == 0:
+            write_manifest(it)
+            sealed.append(it)
+    return sealed
+
+
+# -- the run lock --------------------------------------------------------------------------------
+
+def _make_dirs(path: Path) -> list[Path]:
+    """mkdir -p; returns the dirs it created, innermost first (so a refused run can remove them)."""
+    created, p = [], path
+    while not os.path.lexists(p):
+        created.append(p)
+        p = p.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot create the run directory ({e.strerror})") from None
+    return created
+
+
+def _holder(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, 4096).decode("utf-8", "replace").strip()
+
+
+def _describe(holder: str) -> str:
+    """'pid 123 on host h since 2026-...' from the lock file's 'pid host time' line."""
+    parts = holder.split()
+    if len(parts) >= 3:
+        return f"pid {parts[0]} on {parts[1]} since {parts[2]}"
+    return f"pid {parts[0]}" if parts else "a process that recorded no pid"
+
+
+@contextmanager
+def run_lock(run: Path) -> Iterator[None]:
+    """Hold the run directory's lock for the block; refuse at once when another process holds it.
+
+    A run directory this call had to create is removed again when the block wrote nothing into it,
+    so a run refused during setup leaves no trace.
+    """
+    created = _make_dirs(run)
+    path = run / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _holder(fd)
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                _remove_created(created, run)
+                raise ConfigError(f"{run} is in use by another run ({_describe(holder)}); two runs must not "
+                                  "write one directory: wait for it to finish or stop it") from None
+            raise
+        # the holder we raced may have released and removed the file: lock the file that is there now
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        stale = _holder(fd)
+        if stale:
+            log.warning("%s: took over the lock left by %s, which is no longer running", run, _describe(stale))
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        os.write(fd, f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode())
+        yield
+    finally:
+        os.unlink(path)  # while still holding it, so no one locks a file that is about to vanish
+        os.close(fd)
+        _remove_created(created, run)
+
+
+def _remove_created(created: list[Path], run: Path) -> None:
+    if created and not any(p.name != LOCK for p in run.iterdir()):
+        for d in created:
+            try:
+                (d / LOCK).unlink(missing_ok=True)
+                d.rmdir()
+            except OSError:
+                break
+
+
 def json_float(x: float | None) -> float | None:
     """NaN/inf -> None, so JSON files stay strict (NaN is not JSON)."""
     return None if x is None or x != x or x in (float("inf"), float("-inf")) else float(x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m selfplay.artifacts",
+                                description="Record checksum manifests for the iterations of a run "
+                                            "written by an older version (their DONE is empty).")
+    p.add_argument("command", choices=["seal"])
+    p.add_argument("run", type=Path, help="a run directory <output_root>/<experiment>/<reward>/seed<s>")
+    args = p.parse_args(argv)
+    try:
+        if not args.run.is_dir():
+            raise ConfigError(f"{args.run}: not a run directory")
+        with run_lock(args.run):
+            sealed = seal(args.run)
+    except ConfigError as e:
+        print(f"selfplay.artifacts: error: {e}", file=sys.stderr)
+        return 1
+    print(f"sealed {len(sealed)} iteration(s): {', '.join(p.name for p in sealed) or 'none needed one'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

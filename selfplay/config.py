@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from selfplay.models.config import LoraSettings
 
@@ -142,11 +143,60 @@ def _require(ok: bool, key: str, value: Any, expected: str) -> None:
 
 
 def _typed(schema: type, node: Any, where: str) -> Any:
-    merged = OmegaConf.merge(OmegaConf.structured(schema), node if node is not None else {})
     try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node if node is not None else {})
         return OmegaConf.to_object(merged)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
+    except OmegaConfBaseException as e:  # a value of the wrong type, e.g. k=two
+        key = getattr(e, "full_key", None) or ""
+        prefix = "" if where == "settings" else f"{where}."
+        value = OmegaConf.select(OmegaConf.create(node or {}), key) if key else None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{prefix}{key}={value!r}: {first}" if key else f"{where}: {first}") from None
+
+
+def check_reward(name: str, params: Any) -> None:
+    """The reward group names a judge design and its parameters; checked before anything runs."""
+    from judges import JUDGES, JudgeParams
+
+    if name not in JUDGES:
+        raise ConfigError(f"reward={name!r}: unknown judge design; known: {', '.join(sorted(JUDGES))}")
+    numeric = {f.name for f in fields(JudgeParams) if type(f.default) in (int, float)}
+    for key, value in (params or {}).items():
+        if key in numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"reward.{key}={value!r}: expected a number (reward={name})")
+    try:
+        if name == "decisive":  # no model and no JudgeParams: building it is its check
+            JUDGES[name](None, params=params)
+        else:
+            JudgeParams.from_mapping(name, params)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"reward={name}: {e}") from None
+
+
+def check_judge_model(model: str) -> None:
+    """judge.model: self, frozen, or the name of a conf/policy config that exists and is valid."""
+    if model in ("self", "frozen"):
+        return
+    from selfplay.models.config import PolicyConfig
+
+    try:
+        PolicyConfig.named(model)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"judge.model={model!r}: expected self, frozen or a policy config name; {e}") from None
+
+
+def check_data_path(data: DataConfig) -> None:
+    """data.path (and data.splits) must exist; named as given, with where it was looked for."""
+    for key, value in (("data.path", data.path), ("data.splits", data.splits)):
+        if value is None:
+            continue
+        found = resolve_data_path(value)
+        if not found.exists():
+            where = "" if Path(value).expanduser().is_absolute() else f" (looked in {Path.cwd()} and {PROJECT_ROOT})"
+            broken = " (a dangling symlink)" if found.is_symlink() else ""
+            raise ConfigError(f"{key}={value}: no such file or directory{broken}{where}")
 
 
 def policy_choices() -> list[str]:
@@ -174,7 +224,7 @@ def train_settings(cfg: DictConfig) -> Settings:
     reward = resolved.get("reward") or {}
     if not reward.get("name"):
         raise ConfigError("no reward given: reward=NAME with NAME a file in conf/reward/")
-    return Settings(
+    settings = Settings(
         train=_typed(TrainConfig, top, "settings"),
         data=_typed(DataConfig, resolved.get("data"), "data"),
         judge=_typed(JudgeConfig, resolved.get("judge"), "judge"),
@@ -184,6 +234,19 @@ def train_settings(cfg: DictConfig) -> Settings:
         reward_name=str(reward["name"]),
         policy_name=str(resolved["policy"].get("name", "")),
     )
+    check_policy(resolved["policy"])
+    check_reward(settings.reward_name, reward)
+    check_judge_model(settings.judge.model)
+    return settings
+
+
+def check_policy(policy: Any) -> None:
+    from selfplay.models.config import PolicyConfig
+
+    try:
+        PolicyConfig.from_mapping(policy)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"policy: {e}") from None
 
 
 def resolve_data_path(path: str, cwd: Path | None = None) -> Path:

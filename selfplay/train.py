@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from selfplay import artifacts as A
-from selfplay.config import ConfigError, Settings, resolve_data_path, train_settings
+from selfplay.config import ConfigError, Settings, check_data_path, resolve_data_path, train_settings
 from selfplay.dpo import DPOSettings, dpo_step
 from selfplay.envs import load_envs, train_audit_split
 from selfplay.envs.prompt import policy_messages
@@ -149,24 +149,54 @@ def write_iteration(dest: Path, t: int, envs, prompts, answers, verdicts, pairs,
     A.write_config(dest / A.CONFIG, resolved)
 
 
+def check_prompt_lengths(policy, envs: list[Environment], prompts: list[str], settings: Settings) -> None:
+    """Each rendered prompt plus the answer budget must fit the policy's context: found here, naming
+    the record, rather than by the sampler in the middle of iteration 1."""
+    from selfplay.models.config import PolicyConfig
+
+    cfg = PolicyConfig.from_mapping(settings.policy)
+    budget = settings.train.max_new_tokens
+    ids = policy.tokenizer(prompts, add_special_tokens=False)["input_ids"] if prompts else []
+    for e, seq in zip(envs, ids, strict=True):
+        if len(seq) + budget > cfg.max_context:
+            raise ConfigError(
+                f"{e.source}: task {e.task_id}: its prompt is {len(seq)} tokens + max_new_tokens={budget} > "
+                f"max_context {cfg.max_context} of policy {cfg.name}; shorten the record's evidence, lower "
+                "max_new_tokens or pick a policy with a longer context")
+
+
 def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
-    """Train (or resume) the run `cfg` describes; return its run directory."""
+    """Train (or resume) the run `cfg` describes; return its run directory.
+
+    Everything a run needs is validated before it writes anything: settings, reward parameters and
+    judge model (`train_settings`), the data, then under the run lock the iterations already written
+    (checksums, config), then each prompt against the policy's context.
+    """
     settings = train_settings(cfg)
     tr = settings.train
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    check_data_path(settings.data)
+    envs = load_train_envs(settings)
+    if not envs:
+        raise ConfigError(f"data.path={settings.data.path}: the train split is empty")
     run = A.run_dir(tr.output_root, tr.experiment_name, settings.reward_name, tr.seed)
+    with A.run_lock(run):
+        return _train(settings, resolved, envs, run, batch_envs)
+
+
+def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Path, batch_envs: int) -> Path:
+    tr = settings.train
     state = A.scan_run(run)
+    A.verify_run(run, state)
     A.check_resumable(run, state, resolved)
-    A.discard_partial(state)
     if state.last is not None and state.last >= tr.iterations:
         log.info("%s: all %d iterations are complete", run, tr.iterations)
         return run
 
-    # -- setup: data, policy (resumed from the last complete iteration), judge weights, logger
+    # -- setup: policy (resumed from the last complete iteration), judge weights, logger
     from transformers import set_seed
 
     set_seed(tr.seed)  # the fresh adapter's random init
-    envs = load_train_envs(settings)
     policy = build_policy(settings)
     if state.last is not None:
         policy.load_adapter(A.iteration_dir(run, state.last) / "adapter")
@@ -177,6 +207,8 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
 
         judge_backend = load_backend(PolicyConfig.named(settings.judge.model), backend=tr.backend)
     prompts_of = [policy.render(policy_messages(e.public)) for e in envs]
+    check_prompt_lengths(policy, envs, prompts_of, settings)
+    A.discard_partial(state)  # the first write: every check above has passed
     logger = start_logger(settings.logger, run, name=f"{settings.reward_name}-seed{tr.seed}",
                           group=tr.experiment_name, config=resolved)
     judge = None  # a frozen or other-policy judge keeps its stage-1 cache across iterations
@@ -226,10 +258,13 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from selfplay.envs import EnvLoadError
+    from selfplay.models import ModelUnavailableError
+
     try:
         run(cfg)
-    except ConfigError as e:  # a usage error: one line, no traceback
-        raise SystemExit(f"error: {e}") from None
+    except (ConfigError, EnvLoadError, ModelUnavailableError) as e:  # a usage error: one line, no traceback
+        raise SystemExit(f"selfplay.train: error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from audit.checkpoints import CheckpointError, find_checkpoints
 from audit.records import AnswerRow, CacheError, JsonlCache
 from audit.results import build_results, csv_rows, dumps
 from audit.summary import StatsSettings, seed_metrics
+from selfplay.artifacts import write_manifest
 
 REFS = {"E1": 0.5, "E2": 0.4, "C1": 0.6}
 KIND = {"E1": "impossible", "E2": "impossible", "C1": "control"}
@@ -134,8 +135,15 @@ def make_iter(seed_dir: Path, t: int, *, done=True, seed=None, reward="anchored"
     seed = int(seed_dir.name[4:]) if seed is None else seed
     (d / "config.yaml").write_text(f"policy: {{name: tiny-llama}}\nreward: {{name: {reward}}}\nseed: {seed}\n")
     if done:
-        (d / "DONE").write_text("")
+        write_manifest(d)
     return d
+
+
+def reconfig(it: Path, text: str) -> Path:
+    """A checkpoint whose config was written that way by training (its manifest records it)."""
+    (it / "config.yaml").write_text(text)
+    write_manifest(it)
+    return it.parent
 
 
 def test_discovery_at_every_level(tmp_path):
@@ -162,10 +170,10 @@ def test_discovery_at_every_level(tmp_path):
 @pytest.mark.parametrize("setup, message", [
     pytest.param(lambda d: (d / "f.txt").write_text("x") and d / "f.txt", "not a directory", id="file"),
     pytest.param(lambda d: make_iter(d / "seed0", 1, seed=5), "config says seed=5", id="seed-mismatch"),
-    pytest.param(lambda d: make_iter(d / "seed0", 1).joinpath("config.yaml").write_text("- a list\n")
-                 and d / "seed0", "expected a mapping", id="config-not-mapping"),
-    pytest.param(lambda d: make_iter(d / "seed0", 1).joinpath("config.yaml").write_text("policy: {}\n")
-                 and d / "seed0", "no `reward` section", id="config-no-reward"),
+    pytest.param(lambda d: reconfig(make_iter(d / "seed0", 1), "- a list\n"), "expected a mapping",
+                 id="config-not-mapping"),
+    pytest.param(lambda d: reconfig(make_iter(d / "seed0", 1), "policy: {}\n"), "no `reward` section",
+                 id="config-no-reward"),
     pytest.param(lambda d: make_iter(d / "seed0", 1, done=False), "incomplete iteration", id="explicit-incomplete"),
     pytest.param(lambda d: d, "no training iterations found", id="empty"),
 ])

@@ -59,7 +59,7 @@ def summarize(path: str | Path, schema_dir: str | Path | None = None) -> dict:
         "controls": _controls(envs),
         "splits": splits,
         "train_audit": train_audit,
-        "errors": [str(e) for e in errors],
+        "errors": [str(e) for e in dict.fromkeys(errors)],  # a bad split is met by two checks
     }
 
 

@@ -32,4 +32,7 @@ class EnvLoadError(Exception):
     def __init__(self, errors: Sequence[EnvError]):
         self.errors = tuple(errors)
         lines = "\n".join(f"  {e}" for e in self.errors)
-        super().__init__(f"{len(self.errors)} error(s) while loading environments:\n{lines}")
+        if len(self.errors) == 1:  # one problem: one line
+            super().__init__(f"cannot load environments: {self.errors[0]}")
+        else:
+            super().__init__(f"{len(self.errors)} error(s) while loading environments:\n{lines}")

@@ -8,6 +8,9 @@ Release directory layout (the ImpossibleRubrics release, and the bundled `data/m
 In a JSONL export each line is one record; its kind is read from the record: impossible when it has
 `impossibility_type`, control when `env_type == "answerable_control"` or it has `ground_truth`.
 
+A file that cannot be read (not UTF-8, a directory or a broken symlink where a file should be, a
+symlink loop, no permission) is one error naming its path, like a malformed record.
+
 All-or-nothing: `check_*` gathers every error and returns no environments when there is any;
 `load_*` raises one `EnvLoadError` listing them. Environments come back in file order (sorted file
 names, impossible before controls) or line order.
@@ -15,7 +18,9 @@ names, impossible before controls) or line order.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,11 +83,38 @@ class _Checked:
         return LoadResult(envs, [], schema_dir)
 
 
+def unreadable(path: str | Path, e: OSError | UnicodeDecodeError) -> str:
+    """Why `path` cannot be read as text, in words: the reason an error line gives."""
+    path = Path(path)
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text (byte 0x{e.object[e.start]:02X} at offset {e.start})"
+    if e.errno == errno.ELOOP:
+        return "cannot read: a symlink loop"
+    if path.is_symlink() and not path.exists():
+        return f"cannot read: a dangling symlink (to {os.readlink(path)})"
+    if e.errno == errno.EISDIR or path.is_dir():
+        return "a directory, expected a file"
+    if e.errno == errno.ENOENT:
+        return "no such file"
+    return f"cannot read ({e.strerror or e})"
+
+
+def read_text(path: str | Path) -> str | EnvError:
+    """The UTF-8 text of `path`, or the EnvError saying why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return EnvError(str(path), None, "", unreadable(path, e))
+
+
 def _schemas(data_root: Path, schema_dir: str | Path | None) -> Schemas | EnvError:
     try:
         return Schemas.load(find_schema_dir(data_root, schema_dir))
     except (SchemaNotFound, json.JSONDecodeError) as e:
         return EnvError(str(schema_dir or data_root), None, "schema", str(e))
+    except (OSError, UnicodeDecodeError) as e:
+        where = getattr(e, "filename", None) or str(schema_dir or data_root)
+        return EnvError(str(where), None, "schema", unreadable(where, e))
 
 
 def _bad_json(file: str, e: json.JSONDecodeError, line: int | None = None) -> EnvError:
@@ -102,8 +134,12 @@ def check_release(path: str | Path, schema_dir: str | Path | None = None) -> Loa
     checked = _Checked()
     for sub, kind in RELEASE_DIRS.items():
         for f in sorted((root / sub).glob("*.json")):
+            text = read_text(f)
+            if isinstance(text, EnvError):
+                checked.errors.append(text)
+                continue
             try:
-                record = json.loads(f.read_text(encoding="utf-8"))
+                record = json.loads(text)
             except json.JSONDecodeError as e:
                 checked.errors.append(_bad_json(str(f), e))
                 continue
@@ -117,7 +153,10 @@ def check_jsonl(path: str | Path, schema_dir: str | Path | None = None) -> LoadR
     if isinstance(schemas, EnvError):
         return LoadResult([], [schemas])
     checked = _Checked()
-    for lineno, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    whole = read_text(path)
+    if isinstance(whole, EnvError):
+        return LoadResult([], [whole], schemas.dir)
+    for lineno, text in enumerate(whole.splitlines(), start=1):
         if not text.strip():
             continue
         try:
@@ -146,13 +185,17 @@ def check_jsonl(path: str | Path, schema_dir: str | Path | None = None) -> LoadR
 def check_path(path: str | Path, schema_dir: str | Path | None = None) -> LoadResult:
     """A release directory, or a `.jsonl` export."""
     p = Path(path)
-    if p.is_file() and p.suffix == ".jsonl":
-        return check_jsonl(p, schema_dir)
+    if p.suffix == ".jsonl" and (p.is_file() or os.path.lexists(p)):
+        return check_jsonl(p, schema_dir)  # an unreadable one is reported by the reader
     if p.is_dir():
         return check_release(p, schema_dir)
-    return LoadResult(
-        [], [EnvError(str(p), None, "", "expected a release directory or a .jsonl file")]
-    )
+    if not os.path.lexists(p):
+        why = "no such file or directory"
+    elif not p.exists():
+        why = "a dangling symlink" if p.is_symlink() else "cannot be read"
+    else:
+        why = "expected a release directory or a .jsonl file"
+    return LoadResult([], [EnvError(str(p), None, "", why)])
 
 
 def load_release(path: str | Path, schema_dir: str | Path | None = None) -> list[Environment]:

@@ -15,6 +15,7 @@ duplicates, and `count`, when given, must equal their number.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,14 @@ class Split:
 
 
 def check_split(path: str | Path) -> tuple[Split | None, list[EnvError]]:
+    from .load import read_text  # load.py's reader: one wording for unreadable files
+
     f = str(path)
+    text = read_text(path)
+    if isinstance(text, EnvError):
+        return None, [text]
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         return None, [EnvError(f, None, "", f"invalid JSON: {e.msg} (column {e.colno})", e.lineno)]
     if isinstance(data, list):
@@ -90,11 +96,13 @@ def train_audit_split(
     envs: list[Environment], root: str | Path
 ) -> tuple[list[Environment], list[Environment]]:
     root = Path(root)
-    if (root / "splits" / "hard45.json").is_file():
+    # `lexists`: a manifest that is there but unreadable (a directory, a broken link) is an error
+    # naming it, not a silent fall-through to the other scheme
+    if os.path.lexists(root / "splits" / "hard45.json"):
         hard = set(load_split(root / "splits" / "hard45.json").task_ids)
         controls = every_other(e.task_id for e in envs if e.kind == "control")
         audit_ids = hard | set(controls)
-    elif (root / "splits" / "train.json").is_file() and (root / "splits" / "audit.json").is_file():
+    elif os.path.lexists(root / "splits" / "train.json") and os.path.lexists(root / "splits" / "audit.json"):
         train_split = load_split(root / "splits" / "train.json")
         audit_split = load_split(root / "splits" / "audit.json")
         _check_partition(envs, train_split, audit_split, root / "splits")

@@ -1,0 +1,426 @@
+"""Bad inputs and faults at every entry point: one clear line, a non-zero exit, nothing lost (SPEC §7).
+
+Each case of the table damages a copy of something real (a run trained here on the tiny Llama, the
+bundled data/mini, result and split files), runs a real entry point and asserts:
+  - exit status non-zero;
+  - exactly one non-empty line of output, naming what the case expects (file, task, key or pid), and
+    no traceback;
+  - the whole tree the case works in is byte-identical afterwards: every file's sha256, every
+    directory and link; so nothing written before was changed and nothing new was left behind.
+Hydra entry points (selfplay.train, audit.gap) run through their `@hydra.main` in this process, the
+others through `main(argv)`; one case runs `python -m selfplay.train` as a subprocess from an empty
+directory, to show the interpreter's own exit path and that no Hydra file is left there.
+`selfplay.envs` prints a JSON summary by design: its cases assert one entry in `errors`.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import audit.exploit as exploit
+import audit.gap as gap
+import audit.report as report
+import selfplay.envs.__main__ as envs_cli
+import selfplay.train as train
+from selfplay import artifacts as A
+from selfplay.config import CONF_DIR
+from selfplay.envs import load_envs
+
+REPO = Path(__file__).resolve().parents[1]
+MINI = REPO / "data" / "mini"
+# the run of tests/test_train_loop.py: 3 environments cut short, k = 2, T = 2, no judge abstentions
+TRAIN = ["+policy=tiny-llama", "reward=generic", "reward.min_verdict_mass=0.0", "logger=none",
+         "iterations=2", "k=2", "max_new_tokens=8", "max_train_envs=3", "margin=0.0",
+         "learning_rate=1e-3", "batch_size=3", "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]"]
+AUDIT = ["logger=none", "n=1", "max_envs=1", "max_new_tokens=4", "bootstrap.B=1000", "progress=false"]
+SEED = Path("selfplay/generic/seed0")  # the run dir below an output root
+
+
+# -- fixtures: one trained run, copied per case ------------------------------------------------------
+
+def _short(envs):
+    cut = lambda text: " ".join(text.split()[:25])  # noqa: E731
+    return [dataclasses.replace(e, public=dataclasses.replace(
+        e.public, evidence=tuple(dataclasses.replace(d, text=cut(d.text)) for d in e.public.evidence[:2])))
+        for e in envs]
+
+
+def mini_copy(dest: Path) -> Path:
+    """data/mini's records and schemas with a split of our own (3 impossible + 1 control to train,
+    the rest to audit), so the cases do not depend on how the bundled split evolves."""
+    shutil.copytree(MINI, dest, symlinks=True, ignore=shutil.ignore_patterns("splits", "*.md"))
+    envs = sorted(load_envs(dest), key=lambda e: e.task_id)
+    imp = [e.task_id for e in envs if e.kind == "impossible"]
+    ctl = [e.task_id for e in envs if e.kind == "control"]
+    (dest / "splits").mkdir()
+    for name, ids in (("train", imp[:3] + ctl[:1]), ("audit", imp[3:] + ctl[1:])):
+        (dest / "splits" / f"{name}.json").write_text(json.dumps({"name": name, "task_ids": ids}))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return mini_copy(tmp_path_factory.mktemp("mini") / "mini")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data) -> Path:
+    """An output root holding selfplay/generic/seed0/iter_0..2, written by the loop (with manifests)."""
+    root = tmp_path_factory.mktemp("trained")
+    mp = pytest.MonkeyPatch()
+    real = train.load_train_envs
+    mp.setattr(train, "load_train_envs", lambda s: _short(real(s)))
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[*TRAIN, f"data.path={data}", f"output_root={root}"])
+        train.run(cfg)
+    finally:
+        mp.undo()
+    DATA[:] = [data]
+    assert sorted(p.name for p in (root / SEED).iterdir()) == ["iter_0", "iter_1", "iter_2"]
+    return root
+
+
+def run_copy(trained: Path, tmp: Path) -> Path:
+    """A copy of the trained output root at tmp/out; returns its run dir."""
+    shutil.copytree(trained, tmp / "out", symlinks=True)
+    return tmp / "out" / SEED
+
+
+def first_train_record(data: Path) -> Path:
+    tid = json.loads((data / "splits" / "train.json").read_text())["task_ids"][0]
+    return next(f for f in sorted(data.glob("data*/*.json")) if json.loads(f.read_text())["task_id"] == tid)
+
+
+# -- damage ------------------------------------------------------------------------------------------
+
+def truncate(path: Path, keep: int | None = None) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2 if keep is None else keep])
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+@dataclasses.dataclass
+class Case:
+    entry: str  # train | audit | report | exploit | envs | train-cli
+    args: list[str]
+    expect: list[str]  # substrings of the one line
+    holder: subprocess.Popen | None = None
+
+
+DATA: list[Path] = []  # the module's data copy, set by the `trained` fixture (data.path is part of a run's config)
+
+
+def _train(tmp: Path, *extra: str) -> list[str]:
+    data = [] if any(e.startswith("data.path=") for e in extra) else [f"data.path={DATA[0]}"]
+    return [*TRAIN, *data, f"output_root={tmp / 'out'}", *extra]
+
+
+def c_train_setting(override: str, *expect: str) -> Callable:
+    return lambda tmp, trained: Case("train", _train(tmp, override), list(expect))
+
+
+def c_data(damage: Callable[[Path], str], *expect: str, entry: str = "train") -> Callable:
+    """Damage a copy of data/mini (damage returns the path the line must name) and train or check it."""
+    def setup(tmp, trained):
+        data = mini_copy(tmp / "data")
+        named = damage(data)
+        args = _train(tmp, f"data.path={data}") if entry == "train" else [str(data)]
+        return Case(entry, args, [named, *expect])
+    return setup
+
+
+def c_run(damage: Callable[[Path], str], *expect: str, audit: str | None = None) -> Callable:
+    """Damage a copy of the trained run; resume it (or audit `audit`: seed, iter_1, iter_2)."""
+    def setup(tmp, trained):
+        run = run_copy(trained, tmp)
+        named = damage(run)
+        if audit is None:
+            return Case("train", _train(tmp), [named, *expect])
+        ckpt = run if audit == "seed" else run / audit
+        return Case("audit", [f"ckpt={ckpt}", *AUDIT], [named, *expect])
+    return setup
+
+
+def c_audit_setting(overrides: list[str], *expect: str) -> Callable:
+    def setup(tmp, trained):
+        run = run_copy(trained, tmp)
+        return Case("audit", [f"ckpt={run}", *AUDIT, *overrides], list(expect))
+    return setup
+
+
+def lock_held(tmp, trained):
+    run = run_copy(trained, tmp)
+    code = ("import sys, time; from pathlib import Path; from selfplay.artifacts import run_lock\n"
+            "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return Case("train", _train(tmp), [str(run), "in use by another run", f"pid {holder.pid}"], holder)
+
+
+def c_files(kind: str, damage: Callable[[Path], Path], *expect: str) -> Callable:
+    """audit.exploit on a damaged results or split file, or audit.report on a damaged audit.json."""
+    def setup(tmp, trained):
+        results, split = tmp / "results.json", tmp / "split.json"
+        results.write_text(json.dumps([{"task_id": "a", "baseline": 50, "adv": 60, "violates": True}]))
+        split.write_text(json.dumps({"name": "one", "task_ids": ["a"]}))
+        if kind == "report":
+            (tmp / "exp").mkdir()
+            named = damage(tmp / "exp" / "audit.json")
+            return Case("report", [str(tmp / "exp")], [str(named), *expect])
+        named = damage(results if kind == "results" else split)
+        return Case("exploit", ["--results", str(results), "--split", str(split)], [str(named), *expect])
+    return setup
+
+
+def ff_byte(path: Path) -> Path:
+    path.write_bytes(b"\xff" + (path.read_bytes() if path.exists() else b"[]"))
+    return path
+
+
+def a_dir(path: Path) -> Path:
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    return path
+
+
+def loop(path: Path) -> Path:
+    if path.exists():
+        path.unlink()
+    path.symlink_to(path.name)
+    return path
+
+
+def dangling(path: Path) -> Path:
+    if path.exists():
+        path.unlink()
+    path.symlink_to(path.parent / "gone.json")
+    return path
+
+
+def in_data(make: Callable[[Path], Path], name: str = "zz_extra.json") -> Callable[[Path], str]:
+    return lambda data: str(make(data / "data" / name))
+
+
+def long_evidence(data: Path) -> str:
+    f = first_train_record(data)
+    rec = json.loads(f.read_text())
+    rec["evidence"][0]["text"] = "The ledger lists one more entry. " * 160_000  # 5.3 MB
+    f.write_text(json.dumps(rec))
+    return f"{f}: task {rec['task_id']}"
+
+
+def no_manifest(run: Path) -> str:
+    (run / "iter_1" / "DONE").write_text("")
+    return f"{run / 'iter_1' / 'DONE'} holds no checksum manifest"
+
+
+CASES = [
+    # selfplay.train: settings checked before anything is written (output root stays absent)
+    pytest.param(c_train_setting("reward.min_verdict_mass=2", "min_verdict_mass", "[0, 1)"), id="train-reward-param"),
+    pytest.param(c_train_setting("reward.min_verdict_mass=lots", "reward.min_verdict_mass='lots'"), id="train-reward-type"),
+    pytest.param(c_train_setting("judge.model=nosuch", "judge.model='nosuch'", "no policy config"), id="train-judge-model"),
+    pytest.param(c_train_setting("k=two", "k='two'", "Integer"), id="train-k-two"),
+    pytest.param(c_train_setting("data.path=/nonexistent/mini", "data.path=/nonexistent/mini",
+                                 "no such file or directory"), id="train-data-missing"),
+    pytest.param(c_train_setting("+reward.temperature=2", "unknown reward parameter", "temperature"), id="train-reward-unknown"),
+    pytest.param(c_train_setting("policy.max_context=8", "max_context"), id="train-policy-bad"),
+    # selfplay.train: data (load.py, split.py) and each prompt against the context
+    pytest.param(c_data(long_evidence, "max_context 2048 of policy tiny-llama"), id="train-prompt-too-long"),
+    pytest.param(c_data(lambda d: str(ff_byte(first_train_record(d))), "not UTF-8", "0xFF"), id="train-record-0xff"),
+    pytest.param(c_data(in_data(loop), "symlink loop"), id="train-record-symlink-loop"),
+    pytest.param(c_data(in_data(dangling), "dangling symlink"), id="train-record-dangling"),
+    pytest.param(c_data(in_data(a_dir, "x.json"), "a directory"), id="train-record-is-dir"),
+    pytest.param(c_data(lambda d: str(ff_byte(d / "splits" / "train.json")), "not UTF-8"), id="train-split-0xff"),
+    pytest.param(c_data(lambda d: str(a_dir(d / "splits" / "audit.json")), "a directory"), id="train-split-is-dir"),
+    # selfplay.envs
+    pytest.param(c_data(in_data(ff_byte, "y.json"), "not UTF-8", entry="envs"), id="envs-record-0xff"),
+    pytest.param(c_data(in_data(loop), "symlink loop", entry="envs"), id="envs-record-symlink-loop"),
+    pytest.param(c_data(lambda d: str(dangling(d / "splits" / "train.json")), "dangling symlink", entry="envs"),
+                 id="envs-split-dangling"),
+    # resume of a finished run: every iteration verified against its manifest, nothing deleted
+    pytest.param(c_run(lambda r: (truncate(r / "iter_1" / "metrics.json"), str(r / "iter_1"))[1],
+                       "metrics.json is", "truncated", "rm -r"), id="resume-metrics-truncated"),
+    pytest.param(c_run(lambda r: (shutil.rmtree(r / "iter_1" / "adapter"), str(r / "iter_1"))[1],
+                       "adapter/adapter_config.json is missing", "iter_1 and every later iteration"),
+                 id="resume-adapter-deleted-under-iter2"),
+    pytest.param(c_run(lambda r: (truncate(r / "iter_2" / "adapter" / "adapter_model.safetensors"), str(r / "iter_2"))[1],
+                       "adapter_model.safetensors is"), id="resume-adapter-truncated"),
+    pytest.param(c_run(lambda r: ((r / "iter_2" / "config.yaml").write_text(""), str(r / "iter_2"))[1],
+                       "config.yaml is 0 bytes"), id="resume-config-empty"),
+    pytest.param(c_run(lambda r: (truncate(r / "iter_2" / "config.yaml", 40), str(r / "iter_2"))[1],
+                       "config.yaml is 40 bytes"), id="resume-config-truncated"),
+    pytest.param(c_run(lambda r: ((r / "iter_1" / "judgments.jsonl").write_text("{}\n"), str(r / "iter_1"))[1],
+                       "judgments.jsonl is 3 bytes"), id="resume-file-overwritten"),
+    pytest.param(c_run(lambda r: (truncate(r / "iter_2" / "DONE"), str(r / "iter_2" / "DONE"))[1],
+                       "not a checksum manifest"), id="resume-done-truncated"),
+    pytest.param(c_run(no_manifest, "seal"), id="resume-done-without-manifest"),
+    pytest.param(lock_held, id="resume-lock-held"),
+    # audit.gap: every checkpoint of the run verified before anything is written
+    pytest.param(c_run(lambda r: (shutil.rmtree(r / "iter_1" / "adapter"), str(r / "iter_1"))[1],
+                       "corrupt checkpoint", "adapter_config.json is missing", audit="seed"), id="audit-adapter-deleted"),
+    pytest.param(c_run(lambda r: (truncate(r / "iter_1" / "adapter" / "adapter_model.safetensors"), str(r / "iter_1"))[1],
+                       "adapter_model.safetensors is", audit="iter_2"), id="audit-sibling-adapter-truncated"),
+    pytest.param(c_run(lambda r: ((r / "iter_2" / "config.yaml").write_text(""), str(r / "iter_2"))[1],
+                       "config.yaml is 0 bytes", audit="iter_2"), id="audit-config-empty"),
+    pytest.param(c_run(no_manifest, "seal", audit="seed"), id="audit-done-without-manifest"),
+    pytest.param(c_audit_setting(["oracle=llm", "oracle.model=nosuch"], "nosuch"), id="audit-oracle-model"),
+    pytest.param(c_audit_setting(["second_oracle=nosuch"], "nosuch"), id="audit-second-oracle-model"),
+    pytest.param(c_audit_setting(["oracle=llm", "oracle.min_mass=2"], "min_mass"), id="audit-oracle-min-mass"),
+    # audit.exploit and audit.report: unreadable files
+    pytest.param(c_files("results", ff_byte, "not UTF-8"), id="exploit-results-0xff"),
+    pytest.param(c_files("split", ff_byte, "not UTF-8"), id="exploit-split-0xff"),
+    pytest.param(c_files("results", a_dir, "a directory"), id="exploit-results-is-dir"),
+    pytest.param(c_files("results", loop, "symlink loop"), id="exploit-results-symlink-loop"),
+    pytest.param(c_files("split", dangling, "dangling symlink"), id="exploit-split-dangling"),
+    pytest.param(c_files("report", ff_byte, "utf-8"), id="report-audit-json-0xff"),
+]
+
+
+# -- running and checking ----------------------------------------------------------------------------
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry under root: sha256 of files, 'dir' for directories, the target of links."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def invoke(case: Case, capsys, monkeypatch, cwd: Path) -> tuple[int, str]:
+    """Run the entry point; (exit status, everything it printed)."""
+    if case.entry == "train-cli":
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+        proc = subprocess.run([sys.executable, "-m", "selfplay.train", *case.args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stdout + proc.stderr
+    message = ""
+    try:
+        if case.entry in ("train", "audit"):
+            module = train if case.entry == "train" else gap
+            monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")  # config_path relative to the file
+            monkeypatch.setattr(sys, "argv", [module.__file__, *case.args])
+            module.main()
+            status = 0
+        else:
+            status = {"exploit": exploit.main, "report": report.main, "envs": envs_cli.main}[case.entry](case.args)
+    except SystemExit as e:  # what the interpreter does with it: a str is printed, status 1
+        status, message = (1, f"{e.code}\n") if isinstance(e.code, str) else (e.code, "")
+    out = capsys.readouterr()
+    return status, out.out + out.err + message
+
+
+@pytest.mark.parametrize("setup", CASES)
+def test_fault_is_one_clear_line_and_loses_nothing(setup, trained, tmp_path, capsys, monkeypatch):
+    case = setup(tmp_path, trained)
+    capsys.readouterr()
+    before = tree(tmp_path)
+    try:
+        status, text = invoke(case, capsys, monkeypatch, tmp_path)
+        after = tree(tmp_path)
+    finally:
+        if case.holder is not None:
+            case.holder.kill()
+            case.holder.wait()
+    assert status != 0, text
+    assert "Traceback" not in text, text
+    if case.entry == "envs":  # the JSON summary: one error entry
+        (line,) = json.loads(text)["errors"]
+    else:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        assert len(lines) == 1, text
+        line = lines[0]
+    for want in case.expect:
+        assert want in line, (want, line)
+    assert after == before, sorted(set(after.items()) ^ set(before.items()))
+
+
+def test_cli_missing_data_path_leaves_no_directory_and_no_log(tmp_path):
+    """The real command from an empty directory: one line on stderr, status 1, nothing created (no
+    outputs/<experiment>/<reward>/seed0/train.log, no .hydra/)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.run([sys.executable, "-m", "selfplay.train", "+policy=tiny-llama", "logger=none",
+                           "data.path=missing/mini"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("selfplay.train: error: data.path=missing/mini: no such file or directory")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_lock_is_taken_over_with_a_note(trained, tmp_path, caplog):
+    """A lock file left by a killed run (its pid no longer runs, the kernel dropped its lock) does not
+    block the next run: the run goes ahead, says whose lock it took over, and removes it at the end."""
+    run = run_copy(trained, tmp_path)
+    pid = dead_pid()
+    (run / A.LOCK).write_text(f"{pid} somehost 2026-01-01T00:00:00\n")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=_train(tmp_path))
+    with caplog.at_level("WARNING", logger="selfplay.artifacts"):
+        assert train.run(cfg) == run  # complete: verified, nothing to do
+    assert f"took over the lock left by pid {pid} on somehost" in caplog.text
+    assert not (run / A.LOCK).exists()
+
+
+def test_manifest_lists_every_file_and_the_seal_of_an_old_run(trained, tmp_path):
+    """DONE holds size and sha256 of each file written before it; `seal` fills an empty DONE (an
+    older run) from the files as they are, after which the run verifies and resumes."""
+    run = run_copy(trained, tmp_path)
+    files = A.read_manifest(run / "iter_1")
+    on_disk = {p.relative_to(run / "iter_1").as_posix(): p for p in (run / "iter_1").rglob("*") if p.is_file()}
+    assert set(files) == set(on_disk) - {"DONE"}
+    for rel, entry in files.items():
+        assert entry == {"bytes": on_disk[rel].stat().st_size,
+                         "sha256": hashlib.sha256(on_disk[rel].read_bytes()).hexdigest()}
+    (run / "iter_1" / "DONE").write_text("")
+    assert A.main(["seal", str(run)]) == 0
+    assert A.read_manifest(run / "iter_1") == files
+    A.verify_run(run, A.scan_run(run))
+
+
+def test_audit_cache_beside_the_files_is_not_corruption(trained, tmp_path):
+    """The audit writes iter_<t>/audit_cache/ into finished iterations: files the manifest does not
+    list are not looked at."""
+    run = run_copy(trained, tmp_path)
+    (run / "iter_1" / "audit_cache").mkdir()
+    (run / "iter_1" / "audit_cache" / "answers-x.jsonl").write_text("{}\n")
+    A.verify_iteration(run / "iter_1")
+
+
+def test_lock_is_exclusive_and_released(tmp_path):
+    run = tmp_path / "exp" / "r" / "seed0"
+    with A.run_lock(run):
+        assert (run / A.LOCK).read_text().split()[0] == str(os.getpid())
+        with pytest.raises(A.ConfigError, match=f"in use by another run \\(pid {os.getpid()} on "):
+            with A.run_lock(run):
+                pass
+        (run / "iter_0").mkdir()  # the run wrote something: its directory stays
+    assert sorted(p.name for p in run.iterdir()) == ["iter_0"]
+    with A.run_lock(tmp_path / "fresh" / "seed0"):
+        time.sleep(0)
+    assert list(tmp_path.iterdir()) == [tmp_path / "exp"]  # a run that wrote nothing leaves nothing
