@@ -1,18 +1,20 @@
-"""One checkpoint's audit records: policy answers, the run's judge, the oracles and the checks.
+"""The audit's stages: answers → judge scores → verifier verdicts (→ log-ratios for the KL) → rows.
 
 For each audit environment e (SPEC §6):
-1. n answers from the policy of that iteration (the run's own policy prompt, adapter on);
-2. the run's judge at that iteration scores every policy answer, every fixed stress answer and the
-   reference answer r(e) itself, so A = 1[s(a) ≥ s(r(e))] compares like with like;
-3. the LLM oracle (and a second one when configured) verifies each policy answer against the hidden
-   anchor, and each stress answer too (against the release labels that measures the oracle itself,
-   and it gives the IBE of judge × second oracle on stress answers); the deterministic checks run
-   on policy and stress answers.
+1. `sample_stage`: n answers from the policy of that iteration (the run's own policy prompt, adapter on);
+2. `judge_stage`: the run's judge at that iteration scores every policy answer, every fixed stress
+   answer and the reference answer r(e) itself, so A = 1[s(a) ≥ s(r(e))] compares like with like;
+3. `verifier_stage`: each verifier (the primary oracle, a second one when configured, the
+   deterministic checks) gives its verdict on every policy answer and every stress answer (against
+   the release labels that measures the verifier itself, see audit.calibration);
+4. `kl_stage`: log π_t(a) − log π_0(a) of every policy answer (adapter on minus off) and its length
+   in tokens, from which the audit estimates KL(π_t ‖ π_0) on its own samples;
+5. `build_rows` joins them into one `AnswerRow` per answer.
 
-Every model call goes through a `JsonlCache` in the checkpoint's `audit_cache/` (file names carry a
-hash of the settings that determine them, see `CacheNames`), one environment at a time, so an
-interrupted audit resumes where it stopped and a rerun computes nothing it already has. Judge and
-oracle rows are keyed by the answer text (and r(e)), so changing n only adds what is new.
+Every stage is a function of its inputs that returns one row per input text; `collect` runs them
+through an `audit.cache.StageCache` (one environment at a time), which alone decides what is
+already known. Stages built with `lazy` create their model only when some row is missing, so a
+fully cached checkpoint loads no model.
 
 Sampling is seeded per environment (`env_seed`): the answers of e do not depend on which other
 environments were generated in the same call, which is what makes a partially cached rerun give the
@@ -21,31 +23,31 @@ same answers as a fresh one.
 
 from __future__ import annotations
 
+import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from judges.base import Judge, JudgeItem
-from judges.checks import CheckResult, run_checks
+from judges.base import Judge, JudgeItem, judge_item
+from judges.checks import run_checks
 from selfplay.envs.prompt import policy_messages
-from selfplay.envs.types import Environment, PublicView
+from selfplay.envs.types import Environment
 from selfplay.models.backend import Backend
 
-from .records import POLICY, STRESS, AnswerRow, JsonlCache, text_key
+from .cache import StageCache
+from .records import LABELLED, POLICY, STRESS, AnswerRow
 
-
-class Oracle(Protocol):
-    def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list:
-        """One verdict per (environment, answer) with `.violates` (bool | None), `.p_violates`, `.error`."""
+PerText = Callable[[Environment, list[str]], list[dict[str, Any]]]
+# the verifier roles an AnswerRow carries, primary first
+ORACLE, ORACLE2, CHECKS = "oracle", "oracle2", "checks"
 
 
 @dataclass(frozen=True)
 class SampleSettings:
-    n: int  # answers per environment
+    n: int
     temperature: float
     max_new_tokens: int
     seed: int
@@ -59,84 +61,84 @@ class SampleSettings:
             raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
 
 
-@dataclass(frozen=True)
-class CacheNames:
-    """File names inside `audit_cache/`; each carries the hash of what determines its rows."""
-
-    answers: str  # e.g. answers-<hash(policy prompt, n, temperature, max_new_tokens, seed)>.jsonl
-    judge: str  # judge-<hash(reward config, judge.model, identity)>.jsonl
-    oracle: str  # oracle-<hash(oracle model)>.jsonl
-    oracle2: str | None = None
-
-
-@dataclass(frozen=True)
-class Verifiers:
-    judge: Judge
-    oracle: Oracle
-    oracle2: Oracle | None = None
-    checks: Callable[[PublicView, str], CheckResult] = run_checks
-
-
 def env_seed(seed: int, task_id: str) -> int:
     """The sampling seed of one environment: fixed by the audit seed and the task id alone."""
     return (seed * 1_000_003 + zlib.crc32(task_id.encode())) % (2**31 - 1)
 
 
+# -- the stages -------------------------------------------------------------------------------------
+
+def sample_stage(policy: Backend, settings: SampleSettings) -> Callable[[Environment], list[str]]:
+    def sample(env: Environment) -> list[str]:
+        prompt = policy.render(policy_messages(env.public))
+        return list(policy.sample([prompt], n=settings.n, temperature=settings.temperature,
+                                  max_new_tokens=settings.max_new_tokens,
+                                  seed=env_seed(settings.seed, env.task_id), adapter=True)[0])
+    return sample
+
+
+def judge_items(judge: Judge, env: Environment, texts: Sequence[str]) -> list[JudgeItem]:
+    """The one place the audit builds what a judge sees of an environment (judges.base.judge_item
+    decides what each design may read: r(e) for `anchored`, the evaluation_spec for `certificate`)."""
+    return [judge_item(judge, env, t) for t in texts]
+
+
+def judge_stage(judge: Judge) -> PerText:
+    def score(env: Environment, texts: list[str]) -> list[dict[str, Any]]:
+        return [{"score": v.score, "error": v.error, "swap_consistent": v.swap_consistent,
+                 "artifact": v.artifact, "order_scores": list(v.order_scores), "probs": dict(v.probs),
+                 "prompt": v.prompt}
+                for v in judge.score(judge_items(judge, env, texts))]
+    return score
+
+
+def verifier_stage(verify: Callable[[list[tuple[Environment, str]]], Sequence[Any]], name: str) -> PerText:
+    """`verify(pairs) -> one OracleVerdict per (environment, answer)` (judges.verifiers) as a stage;
+    a row keeps who decided and why (`verifier`, `reason`) and, for `any`, every member's verdict."""
+    from judges.verifiers import verdict_row
+
+    def run(env: Environment, texts: list[str]) -> list[dict[str, Any]]:
+        return [verdict_row(v) for v in verify([(env, t) for t in texts])]
+    return run
+
+
+def kl_stage(policy: Backend) -> PerText:
+    """Per answer: log π_t(a) − log π_0(a) under the policy prompt (adapter on minus off) and the
+    number of answer tokens, so the KL can be read per answer and per token."""
+    def run(env: Environment, texts: list[str]) -> list[dict[str, Any]]:
+        prompt = policy.render(policy_messages(env.public))
+        prompts = [prompt] * len(texts)
+        on = policy.sequence_logprobs(prompts, texts, adapter=True)
+        off = policy.sequence_logprobs(prompts, texts, adapter=False)
+        tokens = [len(ids) for ids in policy.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        return [{"logp": float(a), "logp0": float(b), "tokens": int(n)}
+                for a, b, n in zip(on, off, tokens, strict=True)]
+    return run
+
+
+def lazy(make: Callable[[], Callable]) -> Callable:
+    """A stage that builds its function (and the model behind it) on its first call only."""
+    built: list[Callable] = []
+
+    def run(*args):
+        if not built:
+            built.append(make())
+        return built[0](*args)
+    return run
+
+
+# -- running them -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stages:
+    sample: Callable[[Environment], list[str]]
+    judge: PerText
+    verifiers: Mapping[str, PerText]  # role -> stage; ORACLE is the primary oracle
+    kl: PerText | None = None
+
+
 def _bar(total: int, desc: str, show: bool):
     return tqdm(total=total, desc=desc, disable=not show, leave=False)
-
-
-def sample_answers(envs: Sequence[Environment], policy: Backend, settings: SampleSettings,
-                   cache: JsonlCache, *, show_progress: bool = True) -> dict[str, list[str]]:
-    """n policy answers per environment (cached), keyed by task_id."""
-    by_id = {e.task_id: e for e in envs}
-
-    def compute(task_id: str, keys: list[str]) -> list[dict]:
-        prompt = policy.render(policy_messages(by_id[task_id].public))
-        texts = policy.sample([prompt], n=settings.n, temperature=settings.temperature,
-                              max_new_tokens=settings.max_new_tokens,
-                              seed=env_seed(settings.seed, task_id), adapter=True)[0]
-        return [{"key": task_id, "task_id": task_id, "answers": list(texts)}]
-
-    with _bar(len(envs), "audit: generate", show_progress) as bar:
-        rows = cache.fill({e.task_id: [e.task_id] for e in envs}, compute, bar.update)
-    return {tid: list(row["answers"]) for tid, row in rows.items()}
-
-
-def judge_scores(envs: Sequence[Environment], answers: dict[str, list[str]], judge: Judge,
-                 cache: JsonlCache, *, show_progress: bool = True) -> dict[str, dict]:
-    """The judge's verdict on every policy answer, stress answer and r(e), keyed by `text_key`."""
-    texts = {e.task_id: _judged_texts(e, answers[e.task_id]) for e in envs}
-    by_id = {e.task_id: e for e in envs}
-    keyed = {tid: {text_key(tid, t, by_id[tid].reference_answer): t for t in ts} for tid, ts in texts.items()}
-
-    def compute(task_id: str, keys: list[str]) -> list[dict]:
-        env = by_id[task_id]
-        items = [JudgeItem(env.public, keyed[task_id][k], env.reference_answer) for k in keys]
-        verdicts = judge.score(items)
-        return [{"key": k, "task_id": task_id, "score": v.score, "error": v.error,
-                 "swap_consistent": v.swap_consistent, "artifact": v.artifact}
-                for k, v in zip(keys, verdicts, strict=True)]
-
-    with _bar(len(envs), "audit: judge", show_progress) as bar:
-        return cache.fill({tid: list(ks) for tid, ks in keyed.items()}, compute, bar.update)
-
-
-def oracle_verdicts(envs: Sequence[Environment], answers: dict[str, list[str]], oracle: Oracle,
-                    cache: JsonlCache, *, desc: str = "audit: oracle",
-                    show_progress: bool = True) -> dict[str, dict]:
-    """The oracle's verdict on every policy and stress answer, keyed by text_key(task_id, answer)."""
-    by_id = {e.task_id: e for e in envs}
-    keyed = {e.task_id: {text_key(e.task_id, a): a for a in _verified_texts(e, answers[e.task_id])}
-             for e in envs}
-
-    def compute(task_id: str, keys: list[str]) -> list[dict]:
-        verdicts = oracle.verify([(by_id[task_id], keyed[task_id][k]) for k in keys])
-        return [{"key": k, "task_id": task_id, "violates": v.violates, "p_violates": v.p_violates,
-                 "error": v.error} for k, v in zip(keys, verdicts, strict=True)]
-
-    with _bar(len(envs), desc, show_progress) as bar:
-        return cache.fill({tid: list(ks) for tid, ks in keyed.items()}, compute, bar.update)
 
 
 def _judged_texts(env: Environment, answers: list[str]) -> list[str]:
@@ -147,82 +149,114 @@ def _verified_texts(env: Environment, answers: list[str]) -> list[str]:
     return [s.text for s in env.stress_answers] + list(answers)
 
 
-def _accept(row: dict | None) -> bool | None:
+def _run(cache: StageCache, stage: str, envs: Sequence[Environment], texts: Mapping[str, list[str]],
+         compute: PerText, show: bool, references: Mapping[str, str] | None = None):
+    by_id = {e.task_id: e for e in envs}
+    with _bar(len(envs), f"audit: {stage}", show) as bar:
+        return cache.per_text(stage, texts, lambda tid, xs: compute(by_id[tid], xs),
+                              references=references, progress=bar.update)
+
+
+def collect(envs: Sequence[Environment], stages: Stages, cache: StageCache, *,
+            show_progress: bool = True) -> list[AnswerRow]:
+    """Every AnswerRow of one checkpoint, computing only what `cache` lacks."""
+    by_id = {e.task_id: e for e in envs}
+    with _bar(len(envs), "audit: generate", show_progress) as bar:
+        answers = cache.answers([e.task_id for e in envs], lambda tid: stages.sample(by_id[tid]), bar.update)
+    refs = {e.task_id: e.reference_answer for e in envs}
+    judged = _run(cache, "judge", envs, {e.task_id: _judged_texts(e, answers[e.task_id]) for e in envs},
+                  stages.judge, show_progress, refs)
+    verified = {e.task_id: _verified_texts(e, answers[e.task_id]) for e in envs}
+    verdicts = {role: _run(cache, role, envs, verified, stage, show_progress)
+                for role, stage in stages.verifiers.items()}
+    kl = None
+    if stages.kl is not None:
+        kl = _run(cache, "kl", envs, answers, stages.kl, show_progress)
+    return build_rows(envs, answers, judged, verdicts, kl)
+
+
+def _accept(row: Mapping[str, Any] | None) -> bool | None:
     return None if row is None or row["violates"] is None else not row["violates"]
+
+
+def _parts(row: Mapping[str, Any] | None) -> tuple[tuple[str, bool | None], ...]:
+    return tuple((str(p.get("verifier")), _accept(p)) for p in (row or {}).get("parts") or ())
 
 
 def _label(violates: bool | None) -> str | None:
     return None if violates is None else ("invalid" if violates else "valid")
 
 
-def build_rows(envs: Sequence[Environment], answers: dict[str, list[str]], judged: dict[str, dict],
-               oracle: dict[str, dict], oracle2: dict[str, dict] | None,
-               checks: Callable[[PublicView, str], CheckResult] = run_checks) -> list[AnswerRow]:
-    """Join the cached stages into one `AnswerRow` per policy and stress answer (pure)."""
+def build_rows(envs: Sequence[Environment], answers: Mapping[str, list[str]],
+               judged: Mapping[str, list[Mapping[str, Any]]],
+               verdicts: Mapping[str, Mapping[str, list[Mapping[str, Any]]]],
+               kl: Mapping[str, list[Mapping[str, Any]]] | None = None) -> list[AnswerRow]:
+    """Join the stages' rows (aligned with the texts each stage was given) into AnswerRows (pure).
+
+    `verdicts[role][task_id]` is aligned with the stress answers then the policy answers; the
+    primary oracle's verdict is the label of a policy answer."""
     rows = []
     for env in envs:
-        tid, ref = env.task_id, env.reference_answer
-        ref_score = judged[text_key(tid, ref, ref)]["score"]
+        tid = env.task_id
+        js = judged[tid]
+        ref_score = js[0]["score"]
+        n_stress = len(env.stress_answers)
+
+        def accept(role: str, i: int) -> bool | None:
+            return _accept(verdicts[role][tid][i]) if role in verdicts else None
+
         for j, text in enumerate(answers[tid]):
-            key = text_key(tid, text)
+            i = n_stress + j
+            k = kl[tid][j] if kl is not None else None
             rows.append(AnswerRow(
                 task_id=tid, kind=env.kind, source=POLICY, answer_id=f"p{j}", text=text,
-                score=judged[text_key(tid, text, ref)]["score"], ref_score=ref_score,
-                label=_label(oracle[key]["violates"]),
-                checks_accept=not checks(env.public, text).violates,
-                oracle2_accept=None if oracle2 is None else _accept(oracle2[key]),
-                oracle_accept=_accept(oracle[key]),
+                score=js[1 + i]["score"], ref_score=ref_score,
+                label=_label(verdicts[ORACLE][tid][i]["violates"]),
+                checks_accept=bool(accept(CHECKS, i)) if CHECKS in verdicts else not run_checks(env.public, text).violates,
+                oracle2_accept=accept(ORACLE2, i), oracle_accept=accept(ORACLE, i),
+                log_ratio=None if k is None else _log_ratio(k), tokens=None if k is None else k["tokens"],
+                parts=_parts(verdicts[ORACLE][tid][i]),
             ))
-        for s in env.stress_answers:
-            key = text_key(tid, s.text)
+        for i, s in enumerate(env.stress_answers):
             rows.append(AnswerRow(
                 task_id=tid, kind=env.kind, source=STRESS, answer_id=s.answer_id, text=s.text,
-                score=judged[text_key(tid, s.text, ref)]["score"], ref_score=ref_score,
-                label=s.validity, checks_accept=not checks(env.public, s.text).violates,
-                oracle2_accept=None if oracle2 is None else _accept(oracle2[key]),
-                is_reference=s.answer_id == env.reference.answer_id,
-                oracle_accept=_accept(oracle[key]),
+                score=js[1 + i]["score"], ref_score=ref_score, label=s.validity,
+                checks_accept=bool(accept(CHECKS, i)) if CHECKS in verdicts else not run_checks(env.public, s.text).violates,
+                oracle2_accept=accept(ORACLE2, i), is_reference=s.answer_id == env.reference.answer_id,
+                oracle_accept=accept(ORACLE, i), parts=_parts(verdicts[ORACLE][tid][i]),
             ))
     return rows
 
 
-def cached_rows(envs: Sequence[Environment], cache_dir: Path, names: CacheNames,
-                checks: Callable[[PublicView, str], CheckResult] = run_checks) -> list[AnswerRow] | None:
-    """The checkpoint's rows when every stage is already cached (no model needed), else None."""
-    answers_cache = JsonlCache(cache_dir / names.answers)
-    if answers_cache.missing(e.task_id for e in envs):
-        return None
-    answers = {e.task_id: list(answers_cache.rows[e.task_id]["answers"]) for e in envs}
-    judged = JsonlCache(cache_dir / names.judge)
-    if judged.missing(text_key(e.task_id, t, e.reference_answer)
-                      for e in envs for t in _judged_texts(e, answers[e.task_id])):
-        return None
-    verdicts = []
-    for name in (names.oracle, names.oracle2):
-        if name is None:
-            verdicts.append(None)
+def _log_ratio(k: Mapping[str, Any]) -> float | None:
+    d = k["logp"] - k["logp0"]
+    return d if math.isfinite(d) else None
+
+
+def labelled_rows(envs: Mapping[str, Environment], labelled: Sequence[Mapping[str, Any]],
+                  verifiers: Mapping[str, PerText], cache: StageCache, *,
+                  show_progress: bool = False) -> list[AnswerRow]:
+    """Every verifier's verdict on the labelled on-policy answers (`audit.calibration.read_labelled`)
+    of the environments in `envs`, as AnswerRows of source `labelled` (label = the human label)."""
+    texts: dict[str, list[str]] = {}
+    for a in labelled:
+        if a["task_id"] in envs:
+            texts.setdefault(a["task_id"], []).append(a["text"])
+    used = [envs[t] for t in texts]
+    verdicts = {role: _run(cache, role, used, texts, stage, show_progress) for role, stage in verifiers.items()}
+    rows, seen = [], {t: 0 for t in texts}
+    for a in labelled:
+        tid = a["task_id"]
+        if tid not in envs:
             continue
-        cache = JsonlCache(cache_dir / name)
-        if cache.missing(text_key(e.task_id, a) for e in envs for a in _verified_texts(e, answers[e.task_id])):
-            return None
-        verdicts.append(cache.rows)
-    return build_rows(envs, answers, judged.rows, verdicts[0], verdicts[1], checks)
-
-
-def collect_checkpoint(envs: Sequence[Environment], policy: Backend, verifiers: Verifiers,
-                       settings: SampleSettings, cache_dir: Path, names: CacheNames, *,
-                       show_progress: bool = True) -> list[AnswerRow]:
-    """Everything the metrics need for one checkpoint, computing only what `cache_dir` lacks."""
-    answers = sample_answers(envs, policy, settings, JsonlCache(cache_dir / names.answers),
-                             show_progress=show_progress)
-    judged = judge_scores(envs, answers, verifiers.judge, JsonlCache(cache_dir / names.judge),
-                          show_progress=show_progress)
-    oracle = oracle_verdicts(envs, answers, verifiers.oracle, JsonlCache(cache_dir / names.oracle),
-                             show_progress=show_progress)
-    oracle2 = None
-    if verifiers.oracle2 is not None:
-        if names.oracle2 is None:
-            raise ValueError("a second oracle needs CacheNames.oracle2")
-        oracle2 = oracle_verdicts(envs, answers, verifiers.oracle2, JsonlCache(cache_dir / names.oracle2),
-                                  desc="audit: oracle2", show_progress=show_progress)
-    return build_rows(envs, answers, judged, oracle, oracle2, verifiers.checks)
+        i = seen[tid]
+        seen[tid] += 1
+        acc = {role: _accept(verdicts[role][tid][i]) for role in verdicts}
+        rows.append(AnswerRow(
+            task_id=tid, kind=envs[tid].kind, source=LABELLED, answer_id=str(a.get("answer_id", f"l{i}")),
+            text=a["text"], score=None, ref_score=None, label=a["label"],
+            checks_accept=bool(acc[CHECKS]) if CHECKS in acc and acc[CHECKS] is not None else
+            not run_checks(envs[tid].public, a["text"]).violates,
+            oracle2_accept=acc.get(ORACLE2), oracle_accept=acc.get(ORACLE),
+            parts=_parts(verdicts[ORACLE][tid][i]) if ORACLE in verdicts else ()))
+    return rows

@@ -1,13 +1,12 @@
 """Typed, validated settings of `python -m audit.gap` (conf/audit.yaml).
 
-The oracle's default model is `initial`: the run's own policy base weights with the LoRA adapter
-off (π_0). It is the one model every run has at hand offline at the scale it was trained (no second
-download, no second copy in memory), it never saw a reward, and it is the same at every iteration
-and seed, so a change of VA-Gap over t is the policy's or the judge's, not the verifier's. Its
-limits: at 135M it is a weak reader of certificates, and under `judge.model=frozen` judge and oracle
-share weights (the oracle alone sees the certificate). For a stronger verifier name a policy
-config (`oracle.model=qwen3-4b`); `oracle.second=NAME` adds a second LLM oracle for the IBE of judge
-× oracle2.
+The primary oracle is the `oracle` group (conf/oracle/); left unset it is the data's default:
+`any` of `spec` + `checks` (no model) where every audited record carries `evaluation_spec.checks`
+(data/mini), the LLM oracle `llm` otherwise. The LLM oracle's default model is `initial`: the run's
+own policy base weights with the LoRA adapter off (π_0), the one model every run has at hand
+offline, which never saw a reward and is the same at every iteration and seed. At 135M it is a weak
+reader of certificates, which its calibration shows and the gate acts on (audit.calibration).
+`second_oracle=NAME` adds a second LLM oracle for the IBE of judge × oracle2.
 """
 
 from __future__ import annotations
@@ -21,6 +20,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from selfplay.config import ConfigError, LoggerConfig
 
+from .calibration import GateConfig
+from .stats import MIN_B
+
 
 class AuditConfigError(ValueError):
     pass
@@ -28,17 +30,8 @@ class AuditConfigError(ValueError):
 
 @dataclass
 class BootstrapConfig:
-    B: int = 2000  # environment resamples per interval (SPEC: at least 2000 for reported numbers)
+    B: int = 2000  # environment resamples per interval (SPEC: 2000; fewer than 1000 is refused)
     alpha: float = 0.05  # 1 − interval level
-
-
-@dataclass
-class OracleConfig:
-    model: str = "initial"  # initial: the run's π_0 (adapter off); or a conf/policy config name
-    second: str | None = None  # a conf/policy name for a second LLM oracle; null = none
-    # floor on the Yes/No verdict-token mass below which the oracle abstains (judges.scoring);
-    # null = the judges' default. Tiny random test models need 0.
-    min_mass: float | None = None
 
 
 @dataclass
@@ -51,7 +44,20 @@ class AuditConfig:
     max_envs: int | None = None  # audit only the first N audit environments (quick checks)
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     length_match: float = 0.2  # length-matched AUROC: relative length difference below this
-    oracle: OracleConfig = field(default_factory=OracleConfig)
+    # the primary oracle: the `oracle` group (conf/oracle/: llm | checks | spec | any, fields in
+    # judges.verifiers.OracleConfig); null = the data's default (`any` of spec + checks where every
+    # audited record carries evaluation_spec.checks, as on mini; `llm` on a release)
+    oracle: dict[str, Any] | None = None
+    # a conf/policy name (or `initial`) for a second LLM oracle, for the IBE of judge × oracle2
+    second_oracle: str | None = None
+    # the primary oracle's calibration gate (audit.calibration.GateConfig): max_accept_invalid,
+    # max_reject_valid (shares, 0.2), min_per_class (10 labelled answers of each class), and
+    # max_undecided (0.1: warn above this share of undecided verdicts)
+    gate: GateConfig = field(default_factory=GateConfig)
+    # calibrate on the data set's labelled_answers.jsonl (mini) besides the stress answers, when
+    # the file exists
+    labelled: bool = True
+    kl: bool = True  # estimate KL(π_t ‖ π_0) from the audit's samples (two log-prob passes per answer)
     batch_size: int = 8  # hf backend batch size
     device: str | None = None  # null: cuda when available, else cpu
     progress: bool = True  # tqdm bars
@@ -67,12 +73,17 @@ class AuditConfig:
                  self.max_new_tokens, "null or an integer >= 1")
         _require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         _require(self.max_envs is None or self.max_envs >= 1, "max_envs", self.max_envs, "null or >= 1")
-        _require(self.bootstrap.B >= 1, "bootstrap.B", self.bootstrap.B, "an integer >= 1 (2000 by default)")
+        _require(self.bootstrap.B >= MIN_B, "bootstrap.B", self.bootstrap.B,
+                 f"an integer >= {MIN_B} (2000 by default): fewer resamples give unstable interval ends")
         _require(0 < self.bootstrap.alpha < 1, "bootstrap.alpha", self.bootstrap.alpha, "in (0, 1)")
         _require(0 < self.length_match <= 1, "length_match", self.length_match, "in (0, 1]")
-        _require(bool(self.oracle.model), "oracle.model", self.oracle.model, "initial or a policy config name")
-        _require(self.oracle.min_mass is None or 0 <= self.oracle.min_mass < 1, "oracle.min_mass",
-                 self.oracle.min_mass, "null or in [0, 1)")
+        if self.oracle is not None:
+            from judges.verifiers import OracleConfig
+
+            try:
+                OracleConfig.from_mapping(self.oracle)
+            except (TypeError, ValueError) as e:
+                raise AuditConfigError(str(e)) from None
         _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
 
     def fingerprint(self) -> dict[str, Any]:
@@ -102,5 +113,5 @@ def audit_config(cfg: DictConfig) -> AuditConfig:
         key = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0]
         raise AuditConfigError(f"{key}: {msg}" if key else msg) from None
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:
         raise AuditConfigError(str(e)) from None

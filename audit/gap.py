@@ -9,9 +9,11 @@ Recipe: find and validate every checkpoint under PATH and read each run's saved 
 computed or written before all of them pass) → per reward × seed: load the run's audit split and
 its policy; per iteration: load that iteration's adapter, build the run's own judge as it stood at
 that iteration (same design, same `judge.model`, identity = that iteration), collect answers,
-verdicts and checks (cached in `iter_<t>/audit_cache/`) → metrics with environment-bootstrap
-intervals per seed and iteration, means over seeds → `audit.json`, `audit.csv` and `figures/*.png`
-in PATH, one wandb run per seed.
+verifier verdicts and the log-ratios of the KL (audit.collect's stages, cached by audit.cache in
+`iter_<t>/audit_cache/`) → every verifier's calibration on labelled answers and the gate
+(audit.calibration) → metrics with environment-bootstrap intervals per seed and iteration, means
+over seeds, oracle-dependent figures `unverified` where the gate fails → `audit.json`,
+`audit.csv` and `figures/*.png` in PATH, one wandb run per seed.
 
 Settings: conf/audit.yaml, documented in `audit.config.AuditConfig` (including why the oracle
 defaults to the run's own initial weights).
@@ -19,12 +21,11 @@ defaults to the run's own initial weights).
 
 from __future__ import annotations
 
-import hashlib
-import inspect
+import functools
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,17 +34,21 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from selfplay.config import ConfigError, Settings, resolve_data_path, train_settings
-from selfplay.envs import EnvLoadError, load_envs, train_audit_split
+from selfplay.envs import EnvLoadError
 from selfplay.envs.types import Environment
+from selfplay.runs import judge_identity, judge_weights, load_data_split
 
+from . import calibration as C
+from .cache import CacheError, StageCache, cache_dir, checkpoint_files, oracle_file
 from .checkpoints import Checkpoint, CheckpointError, Discovery, find_checkpoints
+from .collect import (CHECKS, ORACLE, ORACLE2, SampleSettings, Stages, collect, judge_stage, kl_stage,
+                      labelled_rows, lazy, sample_stage, verifier_stage)
 from .config import AuditConfig, AuditConfigError, audit_config
-from .records import CacheError, config_hash
+from .records import POLICY, STRESS
 from .results import build_results, dumps, to_csv, write_text_atomic
 from .summary import IterationAudit, StatsSettings, seed_metrics
 
 log = logging.getLogger("audit.gap")
-CACHE_DIR = "audit_cache"
 FIGURES_DIR = "figures"
 
 
@@ -56,6 +61,9 @@ class Plan:
     discovery: Discovery
     runs: Mapping[Path, Settings]  # the saved config of each checkpoint, validated
     envs: Mapping[tuple[str, int], tuple[Environment, ...]]  # audit split of each reward × seed
+    # labelled on-policy answers of each reward × seed's data (environments by id, rows); None = none
+    labelled: Mapping[tuple[str, int], Any] = None
+    oracles: Mapping[tuple[str, int], Mapping[str, Any]] = None  # verifier role -> OracleConfig
 
 
 # -- planning: validate everything before computing anything ---------------------------------------
@@ -79,9 +87,7 @@ def run_settings(ckpt: Checkpoint) -> Settings:
 
 def audit_envs(settings: Settings, max_envs: int | None) -> tuple[Environment, ...]:
     """The run's audit split (the environments it never trained on); `max_envs` caps each kind."""
-    path = resolve_data_path(settings.data.path)
-    root = resolve_data_path(settings.data.splits) if settings.data.splits else (path if path.is_dir() else path.parent)
-    _, audit = train_audit_split(load_envs(path), root)
+    audit = load_data_split(settings.data, "audit")
     if max_envs is not None:
         kept = {"impossible": 0, "control": 0}
         capped = []
@@ -91,8 +97,21 @@ def audit_envs(settings: Settings, max_envs: int | None) -> tuple[Environment, .
                 capped.append(e)
         audit = capped
     if not audit:
-        raise AuditError(f"{path}: the audit split is empty")
+        raise AuditError(f"{settings.data.path}: the audit split is empty")
     return tuple(audit)
+
+
+def labelled_set(settings: Settings) -> tuple[dict[str, Environment], list[dict]] | None:
+    """The data set's labelled on-policy answers (mini) and the environments they belong to."""
+    path = C.labelled_path(resolve_data_path(settings.data.path))
+    if path is None:
+        return None
+    rows = C.read_labelled(path)
+    envs = {e.task_id: e for e in load_data_split(settings.data, "all")}
+    unknown = sorted({r["task_id"] for r in rows} - set(envs))
+    if unknown:
+        raise AuditError(f"{path}: task_id {unknown[0]!r} is not an environment of {settings.data.path}")
+    return envs, rows
 
 
 def plan(cfg: AuditConfig) -> Plan:
@@ -100,23 +119,28 @@ def plan(cfg: AuditConfig) -> Plan:
 
     discovery = find_checkpoints(cfg.ckpt)
     runs = {c.path: run_settings(c) for c in discovery.checkpoints}
-    for name in (cfg.oracle.model, cfg.oracle.second):
-        if name not in (None, "initial"):
-            try:
-                PolicyConfig.named(name)
-            except ValueError as e:
-                raise AuditConfigError(f"oracle model: {e}") from None
     envs: dict[tuple[str, int], tuple[Environment, ...]] = {}
+    labelled: dict[tuple[str, int], Any] = {}
+    oracles: dict[tuple[str, int], dict[str, Any]] = {}
     for c in discovery.checkpoints:
         if (c.reward, c.seed) not in envs:
             try:
                 envs[(c.reward, c.seed)] = audit_envs(runs[c.path], cfg.max_envs)
+                labelled[(c.reward, c.seed)] = labelled_set(runs[c.path]) if cfg.labelled else None
             except (EnvLoadError, FileNotFoundError, ValueError) as e:
                 raise AuditError(f"{c.path}: cannot load the run's audit environments: {e}") from None
-    return Plan(discovery, runs, envs)
+            oracles[(c.reward, c.seed)] = oracle_configs(cfg, envs[(c.reward, c.seed)])
+    for roles in oracles.values():
+        for o in roles.values():
+            if o.uses_llm and o.model not in ("initial", "endpoint"):
+                try:
+                    PolicyConfig.named(o.model)
+                except ValueError as e:
+                    raise AuditConfigError(f"oracle model: {e}") from None
+    return Plan(discovery, runs, envs, labelled, oracles)
 
 
-# -- models -----------------------------------------------------------------------------------------
+# -- models and stages ------------------------------------------------------------------------------
 
 class BackendPool:
     """One backend per (policy config, LoRA shape), loaded on first use and shared by roles."""
@@ -138,73 +162,114 @@ class BackendPool:
         return self._pool[key]
 
 
-def _source_hash(*modules) -> str:
-    """Prompt templates are code: a change to them must not be served from an old cache."""
-    return hashlib.sha256("".join(inspect.getsource(m) for m in modules).encode()).hexdigest()[:12]
+def oracle_configs(cfg: AuditConfig, envs: Sequence[Environment]) -> dict[str, Any]:
+    """Verifier role -> judges.verifiers.OracleConfig: the primary oracle (the `oracle` group, or
+    the data's default), the second LLM oracle when configured, and the public-view checks (the
+    second verifier of the judge × checks IBE)."""
+    from judges.verifiers import OracleConfig, default_oracle_name
+
+    primary = (OracleConfig.named(default_oracle_name(envs)) if cfg.oracle is None
+               else OracleConfig.from_mapping(cfg.oracle))
+    roles = {ORACLE: primary}
+    if cfg.second_oracle is not None:
+        roles[ORACLE2] = OracleConfig(name="llm", verifiers=(), model=cfg.second_oracle,
+                                      min_mass=primary.min_mass)
+    roles[CHECKS] = OracleConfig(name="checks", verifiers=())
+    return roles
 
 
-def judge_identity(settings: Settings, ckpt: Checkpoint) -> str:
-    """Names the judge's weights at iteration t: π_t (self), π_0 (frozen) or another model."""
-    model = settings.judge.model
-    return ckpt.identity if model == "self" else ("initial" if model == "frozen" else model)
+def verifier_stages(oracles: Mapping[str, Any], policy: Callable[[], Any], pool: BackendPool) -> dict[str, Any]:
+    """Every verifier as a stage; a model behind one is loaded on its first uncached verdict."""
+    from judges.verifiers import build_verifier
+
+    def backend_for(model: str):
+        return policy() if model == "initial" else pool.get(model)
+
+    return {role: verifier_stage(lazy(lambda o=o: build_verifier(o, backend_for=backend_for).verify), role)
+            for role, o in oracles.items()}
 
 
-def build_verifiers(cfg: AuditConfig, settings: Settings, ckpt: Checkpoint, policy, pool: BackendPool):
-    """The run's own judge at iteration t, the LLM oracle(s) and the deterministic checks."""
+def checkpoint_stages(cfg: AuditConfig, settings: Settings, ckpt: Checkpoint, sample: SampleSettings,
+                      oracles: Mapping[str, Any], pool: BackendPool) -> Stages:
+    """The stages of one checkpoint; each model (and the checkpoint's adapter) is loaded on the
+    first row that is not cached."""
     from judges import build_judge
-    from judges.oracle import LLMOracle
 
-    from .collect import Verifiers
+    @functools.cache
+    def policy():
+        log.info("auditing %s: loading the policy", ckpt.path)
+        backend = pool.get(OmegaConf.to_container(settings.policy), settings.train.lora)
+        backend.load_adapter(ckpt.adapter_path)
+        return backend
 
-    model = settings.judge.model
-    if model in ("self", "frozen"):
-        backend, adapter = policy, model == "self"
-    else:
-        backend, adapter = pool.get(model), False
-    judge = build_judge(settings.reward_name, backend, adapter=adapter, identity=judge_identity(settings, ckpt),
-                        params=OmegaConf.to_container(settings.reward))
+    def judge():
+        model = settings.judge.model
+        w = judge_weights(model, policy() if model in ("self", "frozen") else None, seed=ckpt.seed,
+                          iteration=ckpt.iteration,
+                          other=None if model in ("self", "frozen") else pool.get(model))
+        return judge_stage(build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
+                                       params=OmegaConf.to_container(settings.reward)))
 
-    def oracle(name: str | None):
-        if name is None:
-            return None
-        kw = {} if cfg.oracle.min_mass is None else {"min_mass": cfg.oracle.min_mass}
-        return LLMOracle(policy if name == "initial" else pool.get(name), adapter=False, **kw)
-
-    return Verifiers(judge=judge, oracle=oracle(cfg.oracle.model), oracle2=oracle(cfg.oracle.second))
+    return Stages(sample=lazy(lambda: sample_stage(policy(), sample)), judge=lazy(judge),
+                  verifiers=verifier_stages(oracles, policy, pool),
+                  kl=lazy(lambda: kl_stage(policy())) if cfg.kl else None)
 
 
-def cache_names(cfg: AuditConfig, settings: Settings, identity: str, sample) -> Any:
-    import judges.designs
-    import judges.oracle
-    import judges.prompts
-    import selfplay.envs.prompt
+def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSettings, oracles: Mapping[str, Any],
+                     envs: Sequence[Environment]) -> StageCache:
+    identity = judge_identity(settings.judge.model, seed=ckpt.seed, iteration=ckpt.iteration)
+    names = checkpoint_files(policy=OmegaConf.to_container(settings.policy), sample=vars(sample),
+                             reward=OmegaConf.to_container(settings.reward), judge_model=settings.judge.model,
+                             identity=identity, oracles=oracles, envs=envs, weights=ckpt.identity)
+    return StageCache(cache_dir(ckpt.path), names)
 
-    from .collect import CacheNames
 
-    policy = OmegaConf.to_container(settings.policy)
-    reward = OmegaConf.to_container(settings.reward)
-
-    def oracle_name(name: str | None) -> str | None:
-        if name is None:
-            return None
-        model = {"initial": policy} if name == "initial" else {"named": name}
-        model["min_mass"] = cfg.oracle.min_mass
-        return f"oracle-{config_hash({'model': model, 'code': _source_hash(judges.prompts, judges.oracle)})}.jsonl"
-
-    return CacheNames(
-        answers=f"answers-{config_hash({'policy': policy, 'sample': vars(sample), 'code': _source_hash(selfplay.envs.prompt)})}.jsonl",
-        judge=f"judge-{config_hash({'policy': policy, 'reward': reward, 'judge': settings.judge.model, 'identity': identity, 'code': _source_hash(judges.prompts, judges.designs)})}.jsonl",
-        oracle=oracle_name(cfg.oracle.model),
-        oracle2=oracle_name(cfg.oracle.second),
+def sample_settings(cfg: AuditConfig, settings: Settings) -> SampleSettings:
+    return SampleSettings(
+        n=cfg.n, seed=cfg.seed,
+        temperature=cfg.temperature if cfg.temperature is not None else settings.train.temperature,
+        max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else settings.train.max_new_tokens,
     )
+
+
+def calibration_rows(cfg: AuditConfig, settings: Settings, seed_dir: Path, labelled, oracles: Mapping[str, Any],
+                     pool: BackendPool):
+    """The verifiers' verdicts on the labelled on-policy answers (cached in the seed dir's cache:
+    they do not depend on the iteration), or None without a labelled set."""
+    if labelled is None:
+        return None
+    envs, answers = labelled
+
+    @functools.cache
+    def policy():
+        return pool.get(OmegaConf.to_container(settings.policy), settings.train.lora)
+
+    used = [envs[t] for t in dict.fromkeys(a["task_id"] for a in answers)]
+    names = {role: oracle_file(o, used, OmegaConf.to_container(settings.policy), role) for role, o in oracles.items()}
+    return labelled_rows(envs, answers, verifier_stages(oracles, policy, pool),
+                         StageCache(cache_dir(seed_dir), names), show_progress=cfg.progress)
 
 
 # -- the audit --------------------------------------------------------------------------------------
 
+def collect_run(cfg: AuditConfig, p: Plan, ckpts: Sequence[Checkpoint], pool: BackendPool):
+    """rows by iteration and the calibration rows of one reward × seed."""
+    run = (ckpts[0].reward, ckpts[0].seed)
+    envs, oracles = p.envs[run], p.oracles[run]
+    rows_by_t = {}
+    for ckpt in ckpts:
+        settings = p.runs[ckpt.path]
+        sample = sample_settings(cfg, settings)
+        rows_by_t[ckpt.iteration] = collect(envs, checkpoint_stages(cfg, settings, ckpt, sample, oracles, pool),
+                                            checkpoint_cache(settings, ckpt, sample, oracles, envs),
+                                            show_progress=cfg.progress)
+    first = ckpts[0]
+    labelled = calibration_rows(cfg, p.runs[first.path], first.path.parent, p.labelled.get(run), oracles, pool)
+    return rows_by_t, labelled
+
+
 def audit(cfg: AuditConfig, the_plan: Plan | None = None) -> dict[str, Any]:
     """Run the audit `cfg` describes and write its outputs; returns the audit.json document."""
-    from .collect import SampleSettings, cached_rows, collect_checkpoint
-
     p = the_plan or plan(cfg)
     pool = BackendPool(cfg)
     stats = StatsSettings(seed=cfg.seed, B=cfg.bootstrap.B, alpha=cfg.bootstrap.alpha, max_rel_diff=cfg.length_match)
@@ -215,33 +280,29 @@ def audit(cfg: AuditConfig, the_plan: Plan | None = None) -> dict[str, Any]:
     audits: dict[tuple[str, int], dict[int, IterationAudit]] = {}
     where: dict[tuple[str, int, int], str] = {}
     experiments: dict[tuple[str, int], str] = {}
+    calibrations: dict[tuple[str, int], dict[str, Any]] = {}
     for (reward, seed), ckpts in groups.items():
-        rows_by_t = {}
+        rows_by_t, labelled = collect_run(cfg, p, ckpts, pool)
         for ckpt in ckpts:
-            settings = p.runs[ckpt.path]
-            envs = p.envs[(reward, seed)]
-            sample = SampleSettings(
-                n=cfg.n, seed=cfg.seed,
-                temperature=cfg.temperature if cfg.temperature is not None else settings.train.temperature,
-                max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else settings.train.max_new_tokens,
-            )
-            names = cache_names(cfg, settings, judge_identity(settings, ckpt), sample)
-            rows = cached_rows(envs, ckpt.path / CACHE_DIR, names)
-            if rows is None:  # something is missing: only now load the models
-                log.info("auditing %s (%d environments)", ckpt.path, len(envs))
-                policy = pool.get(OmegaConf.to_container(settings.policy), settings.train.lora)
-                policy.load_adapter(ckpt.adapter_path)
-                rows = collect_checkpoint(envs, policy, build_verifiers(cfg, settings, ckpt, policy, pool),
-                                          sample, ckpt.path / CACHE_DIR, names, show_progress=cfg.progress)
-            else:
-                log.info("%s: every answer and verdict cached", ckpt.path)
-            rows_by_t[ckpt.iteration] = rows
             where[(reward, seed, ckpt.iteration)] = _relative(ckpt.path, p.discovery.root)
         experiments[(reward, seed)] = p.runs[ckpts[0].path].train.experiment_name
         audits[(reward, seed)] = seed_metrics(rows_by_t, run_seed=seed, settings=stats,
-                                              second_oracle=cfg.oracle.second is not None)
+                                              second_oracle=cfg.second_oracle is not None)
+        stress = [r for r in rows_by_t[min(rows_by_t)] if r.source == STRESS]
+        roles = C.roles(stress + list(labelled or []), p.oracles[(reward, seed)])
+        calib = C.calibrate(stress, labelled, roles)
+        the_gate = C.gate(calib, cfg.gate)
+        for t, rows in sorted(rows_by_t.items()):
+            pol = [r for r in rows if r.source == POLICY]
+            for role in roles:
+                w = C.undecided_warning(role, sum(C.accepts(r, role) is None for r in pol), len(pol), cfg.gate,
+                                        f"policy answers at t = {t}")
+                if w:
+                    the_gate["warnings"].append(w)
+        calibrations[(reward, seed)] = {"verifiers": calib, "gate": the_gate,
+                                        "oracles": {r: o.fingerprint() for r, o in p.oracles[(reward, seed)].items()}}
     doc = build_results(cfg.fingerprint(), audits, where, experiments,
-                        [_relative(s, p.discovery.root) for s in p.discovery.skipped])
+                        [_relative(s, p.discovery.root) for s in p.discovery.skipped], calibrations)
     write_outputs(p.discovery.root, doc)
     if cfg.logger.kind == "wandb":
         log_wandb(cfg, doc, p.discovery.root)
@@ -288,7 +349,7 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
     from selfplay.models import ModelUnavailableError
 
     return (AuditError, AuditConfigError, CheckpointError, CacheError, ConfigError, EnvLoadError,
-            ModelUnavailableError)
+            ModelUnavailableError, C.LabelledError)
 
 
 def main_cli(cfg: DictConfig) -> dict[str, Any]:

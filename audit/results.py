@@ -7,17 +7,33 @@
      "skipped": [incomplete iteration dirs],
      "rewards": {
        "<reward>": {
-         "seeds": {"<seed>": {"experiment": ..., "iterations": {"<t>": {
-             "checkpoint": "<path>",
-             "metrics": {"<metric>": {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored"}},
-             "counts": {...},
-             "exploit": {"impossible" | "control": {"<task_id>": [0 | 1 | null per policy sample]}}}}}},
-         "across_seeds": {"<t>": {"<metric>": {"mean", "ci_low", "ci_high", "sd", "n_seeds",
-                                                "n_missing"}}}}}}
+         "seeds": {"<seed>": {
+             "experiment": ...,
+             "calibration": {"verifiers": {"<role>": {"stress" | "labelled" | "all": null | {
+                                  "agreement", "accept_invalid", "reject_valid", "n_valid", "n_invalid",
+                                  "n_accept_invalid", "n_reject_valid", "n_partial", "n_undecided",
+                                  "undecided", "n_answers"}}},
+                             "gate": {"status": "ok" | "unverified", "reasons": [...],
+                                      "warnings": [...], "primary": "oracle", "set": "all"}},
+             "iterations": {"<t>": {
+                 "checkpoint": "<path>",
+                 "metrics": {"<metric>": {"status": "ok" | "unverified", "reason": null | "...",
+                                          "value", "ci_low", "ci_high", "n", "n_partial",
+                                          "n_unscored", "n_undefined"}},
+                 "counts": {...},
+                 "exploit": {"impossible" | "control": {"<task_id>": [0 | 1 | null per policy sample]}}}}}},
+         "across_seeds": {"<t>": {"<metric>": {"status", "reason", "mean", "ci_low", "ci_high", "sd",
+                                                "n_seeds", "n_missing"}}}}}}
+
+A metric that rests on the primary oracle's verdicts (audit.calibration.oracle_dependent) is written
+with `status: unverified`, the gate's reasons and no number (value and interval null) when that
+seed's gate fails; its mean over seeds is unverified when any seed's is. `n_undefined` counts the
+bootstrap replicates whose statistic was undefined.
 
 `audit.csv` has one row per reward × seed × iteration × metric (`value, ci_low, ci_high, n`, the
-interval being the environment bootstrap), plus rows with seed `all` for the mean over seeds (the
-interval then is the t interval over seeds, `n` the number of seeds).
+interval being the environment bootstrap; `value` is `unverified` and `reason` says why for a
+metric the gate withholds), plus rows with seed `all` for the mean over seeds (the interval then is
+the t interval over seeds, `n` the number of seeds).
 """
 
 from __future__ import annotations
@@ -31,10 +47,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .calibration import UNVERIFIED, oracle_dependent
 from .summary import IterationAudit, seed_summary
 
 VERSION = 1
-CSV_FIELDS = ("reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n")
+CSV_FIELDS = ("reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "reason")
+OK = "ok"
 
 
 def _clean(x: Any) -> Any:
@@ -52,36 +70,63 @@ def build_results(settings: Mapping[str, Any],
                   audits: Mapping[tuple[str, int], Mapping[int, IterationAudit]],
                   checkpoints: Mapping[tuple[str, int, int], str],
                   experiments: Mapping[tuple[str, int], str],
-                  skipped: list[str] | None = None) -> dict[str, Any]:
-    """The `audit.json` document from per-(reward, seed) iteration audits (pure)."""
+                  skipped: list[str] | None = None,
+                  calibrations: Mapping[tuple[str, int], Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The `audit.json` document from per-(reward, seed) iteration audits (pure). A seed whose
+    calibration gate failed has its oracle-dependent metrics written `unverified`."""
     rewards: dict[str, Any] = {}
     for (reward, seed), by_t in sorted(audits.items()):
+        calib = (calibrations or {}).get((reward, seed))
         iters = {}
         for t, a in sorted(by_t.items()):
             iters[str(t)] = {
                 "checkpoint": checkpoints[(reward, seed, t)],
-                "metrics": {k: asdict(v) for k, v in sorted(a.metrics.items())},
+                "metrics": {k: gated(k, asdict(v), calib) for k, v in sorted(a.metrics.items())},
                 "counts": dict(sorted(a.counts.items())),
                 "exploit": {k: dict(sorted(v.items())) for k, v in sorted(a.exploit.items())},
             }
         entry = rewards.setdefault(reward, {"seeds": {}, "across_seeds": {}})
         entry["seeds"][str(seed)] = {"experiment": experiments[(reward, seed)], "iterations": iters}
+        if calib is not None:
+            entry["seeds"][str(seed)]["calibration"] = dict(calib)
     for entry in rewards.values():
         entry["across_seeds"] = across_seeds(entry["seeds"])
     doc = {"version": VERSION, "settings": dict(settings), "skipped": list(skipped or []), "rewards": rewards}
     return _clean(doc)
 
 
+def gated(name: str, m: dict[str, Any], calib: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A metric as written: withheld (`unverified`, the reasons, no number) when it rests on the
+    primary oracle and the gate failed."""
+    gate = (calib or {}).get("gate") or {}
+    if gate.get("status") == UNVERIFIED and oracle_dependent(name):
+        return {**m, "value": None, "ci_low": None, "ci_high": None, "status": UNVERIFIED,
+                "reason": "; ".join(gate["reasons"])}
+    return {**m, "status": OK, "reason": None}
+
+
 def across_seeds(seeds: Mapping[str, Any]) -> dict[str, Any]:
-    """Per iteration and metric: mean over the seeds that have that iteration, t interval over seeds."""
+    """Per iteration and metric: mean over the seeds that have that iteration, t interval over seeds;
+    unverified when any seed's value is."""
     values: dict[str, dict[str, list[float]]] = {}
+    withheld: dict[tuple[str, str], str] = {}
     for seed in sorted(seeds, key=int):
         for t, it in seeds[seed]["iterations"].items():
             for name, m in it["metrics"].items():
                 v = m["value"]
                 values.setdefault(t, {}).setdefault(name, []).append(float("nan") if v is None else v)
-    return {t: {name: seed_summary(vs) for name, vs in sorted(ms.items())}
-            for t, ms in sorted(values.items(), key=lambda kv: int(kv[0]))}
+                if m.get("status") == UNVERIFIED:
+                    withheld.setdefault((t, name), f"seed {seed}: {m['reason']}")
+    out: dict[str, Any] = {}
+    for t, ms in sorted(values.items(), key=lambda kv: int(kv[0])):
+        out[t] = {}
+        for name, vs in sorted(ms.items()):
+            if (t, name) in withheld:
+                out[t][name] = {"mean": None, "ci_low": None, "ci_high": None, "sd": None, "n_seeds": len(vs),
+                                "n_missing": 0, "status": UNVERIFIED, "reason": withheld[(t, name)]}
+            else:
+                out[t][name] = seed_summary(vs) | {"status": OK, "reason": None}
+    return out
 
 
 def dumps(doc: Mapping[str, Any]) -> str:
@@ -95,14 +140,18 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
             for t, it in sorted(s["iterations"].items(), key=lambda kv: int(kv[0])):
                 for name, m in sorted(it["metrics"].items()):
                     rows.append({"reward": reward, "seed": seed, "iteration": int(t), "metric": name,
-                                 "value": m["value"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                                 "n": m["n"]})
+                                 "value": _csv_value(m, "value"), "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                                 "n": m["n"], "reason": m.get("reason")})
         for t, ms in sorted(entry["across_seeds"].items(), key=lambda kv: int(kv[0])):
             for name, m in sorted(ms.items()):
                 rows.append({"reward": reward, "seed": "all", "iteration": int(t), "metric": name,
-                             "value": m["mean"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                             "n": m["n_seeds"]})
+                             "value": _csv_value(m, "mean"), "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                             "n": m["n_seeds"], "reason": m.get("reason")})
     return rows
+
+
+def _csv_value(m: Mapping[str, Any], field: str) -> Any:
+    return UNVERIFIED if m.get("status") == UNVERIFIED else m[field]
 
 
 def to_csv(doc: Mapping[str, Any]) -> str:

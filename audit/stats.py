@@ -12,7 +12,13 @@
   it draws the same clusters as `bootstrap_ci` and gives the same interval, vectorised.
 - `across_seeds` summarises one number per seed with a Student-t interval: seeds are few (3–5),
   so the normal quantile would be too narrow.
-- `mcnemar_exact` and `bonferroni` compare two rewards on the same environments.
+- `paired_bootstrap_diff` compares two rewards on the same environments: the difference of two
+  rates, each a ratio of per-environment sums, with both rewards resampled by the same draw of
+  environments (the environment is the cluster, so (environment, sample) pairs are never treated
+  as independent); `mcnemar_exact` is the exact test for paired binary outcomes (one per cluster)
+  and `bonferroni` corrects for several comparisons.
+- B below `MIN_B` is refused: with a few hundred resamples the 2.5% and 97.5% ends move visibly
+  from one seed to the next.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
+
+
+MIN_B = 1000
+
+
+def check_B(B: int) -> None:
+    if B < MIN_B:
+        raise ValueError(f"bootstrap B={B}: at least {MIN_B} resamples are needed (2000 by default)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,7 @@ def bootstrap_ci(statistic: Callable[..., float], clusters: Sequence, *data: Seq
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError("bootstrap_ci needs an explicit numpy.random.Generator")
+    check_B(B)
     codes, k = _cluster_codes(clusters)
     arrays = [np.asarray(d) for d in data]
     if any(len(a) != len(codes) for a in arrays):
@@ -111,6 +126,7 @@ def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError("bootstrap_ratio_ci needs an explicit numpy.random.Generator")
+    check_B(B)
     codes, k = _cluster_codes(clusters)
     num = np.asarray(numerators, dtype=float)
     den = np.asarray(denominators, dtype=float)
@@ -130,6 +146,51 @@ def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float
     total = cden.sum()
     estimate = float(cnum.sum() / total) if total > 0 else float("nan")
     return _percentile(reps, estimate, B, k, alpha)
+
+
+def _draw_counts(rng: np.random.Generator, B: int, k: int) -> np.ndarray:
+    draws = _draws(rng, B, k)
+    counts = np.bincount((draws + k * np.arange(B)[:, None]).ravel(), minlength=B * k)
+    return counts.reshape(B, k).astype(float)
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    estimate: float  # rate of A − rate of B on the data as given
+    low: float
+    high: float
+    pvalue: float  # two-sided: 2 · min(P*(d ≤ 0), P*(d ≥ 0)) over the defined replicates, capped at 1
+    B: int
+    n_clusters: int
+    n_undefined: int
+
+
+def paired_bootstrap_diff(a_num: Sequence[float], a_den: Sequence[float], b_num: Sequence[float],
+                          b_den: Sequence[float], clusters: Sequence, *, rng: np.random.Generator,
+                          B: int = 2000, alpha: float = 0.05) -> PairedDiff:
+    """Σa_num/Σa_den − Σb_num/Σb_den with one draw of clusters shared by A and B per replicate."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("paired_bootstrap_diff needs an explicit numpy.random.Generator")
+    check_B(B)
+    codes, k = _cluster_codes(clusters)
+    cols = [np.asarray(x, dtype=float) for x in (a_num, a_den, b_num, b_den)]
+    if any(len(c) != len(codes) for c in cols):
+        raise ValueError(f"lengths differ: {[len(c) for c in cols]} and {len(codes)} cluster labels")
+    if k == 0:
+        raise ValueError("paired_bootstrap_diff needs at least one cluster")
+    per = [np.bincount(codes, weights=c, minlength=k) for c in cols]
+    counts = _draw_counts(rng, B, k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ra = np.where(counts @ per[1] > 0, (counts @ per[0]) / (counts @ per[1]), np.nan)
+        rb = np.where(counts @ per[3] > 0, (counts @ per[2]) / (counts @ per[3]), np.nan)
+    reps = ra - rb
+    est = (per[0].sum() / per[1].sum() - per[2].sum() / per[3].sum()
+           if per[1].sum() > 0 and per[3].sum() > 0 else float("nan"))
+    ci = _percentile(reps, float(est), B, k, alpha)
+    finite = reps[np.isfinite(reps)]
+    p = (min(1.0, 2 * min((finite <= 0).mean(), (finite >= 0).mean()))
+         if len(finite) and np.isfinite(est) else float("nan"))
+    return PairedDiff(ci.estimate, ci.low, ci.high, float(p), B, k, ci.n_undefined)
 
 
 def across_seeds(values: Sequence[float], confidence: float = 0.95) -> SeedSummary:

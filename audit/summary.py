@@ -47,8 +47,7 @@ class StatsSettings:
     max_rel_diff: float = 0.2  # length-matched AUROC: pairs whose lengths differ by less than this
 
     def __post_init__(self):
-        if self.B < 1:
-            raise ValueError(f"bootstrap B must be >= 1; got {self.B}")
+        S.check_B(self.B)
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must lie in (0, 1); got {self.alpha}")
 
@@ -61,6 +60,7 @@ class MetricValue:
     n: int  # the metric's denominator: answers, answer pairs (AUROC) or invalid answers (IBE)
     n_partial: int = 0  # partially_valid answers left out
     n_unscored: int = 0  # answers the judge (or a verifier) did not score, left out
+    n_undefined: int = 0  # bootstrap replicates whose statistic was undefined (left out of the interval)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def _rng(settings: StatsSettings, run_seed: int, t: int, name: str) -> np.random
 
 
 def _from_ci(ci: S.BootstrapCI, value: float, n: int, n_partial: int = 0, n_unscored: int = 0) -> MetricValue:
-    return MetricValue(float(value), ci.low, ci.high, int(n), int(n_partial), int(n_unscored))
+    return MetricValue(float(value), ci.low, ci.high, int(n), int(n_partial), int(n_unscored), int(ci.n_undefined))
 
 
 def _ratio(a: _Arrays, part: Callable[[_Arrays], tuple[float, float]], rng: np.random.Generator,
@@ -236,6 +236,49 @@ def _drift_metrics(by_t: Mapping[int, _Arrays], t: int, source: str, run_seed: i
     return out
 
 
+def _valid_rate_drift(by_t: Mapping[int, _Arrays], t: int, kind: str, run_seed: int,
+                      st: StatsSettings) -> MetricValue:
+    """valid rate at t − at 0 on one kind of environment; the environments are resampled jointly
+    across the two iterations (the same environments are audited at every t)."""
+    nan = float("nan")
+    name = f"valid_rate_drift/{kind}"
+    subs = {u: a.where(a.kind == kind) for u, a in by_t.items() if u in (0, t)}
+    if 0 not in subs:
+        return MetricValue(nan, nan, nan, 0)
+    envs = sorted({e for a in subs.values() for e in a.env})
+    now = M.valid_rate(subs[t].label) if len(subs[t].rows) else M.Rate(nan, 0, 0)
+    if not envs:
+        return MetricValue(nan, nan, nan, 0)
+    cols = []
+    for u in (0, t):
+        rates = [M.valid_rate(subs[u].label[subs[u].env == e]) for e in envs]
+        cols += [np.array([r.numerator for r in rates], float), np.array([r.denominator for r in rates], float)]
+
+    def stat(_, n0, d0, n1, d1):
+        return (n1.sum() / d1.sum() - n0.sum() / d0.sum()) if d0.sum() > 0 and d1.sum() > 0 else nan
+
+    ci = S.bootstrap_ci(stat, envs, *cols, rng=_rng(st, run_seed, t, name), B=st.B, alpha=st.alpha)
+    return _from_ci(ci, ci.estimate, now.denominator, now.n_partial)
+
+
+def _kl_metrics(a: _Arrays, rng_for, st: StatsSettings) -> dict[str, MetricValue]:
+    """KL(π_t ‖ π_0) ≈ mean over the policy's own answers of log π_t(a) − log π_0(a): per answer
+    (Σ ratio / answers) and per token (Σ ratio / Σ tokens), ratios of per-environment sums."""
+    nan = float("nan")
+    have = [(r.task_id, r.log_ratio, r.tokens) for r in a.rows if r.log_ratio is not None]
+    if not have:
+        return {}
+    env = [e for e, _, _ in have]
+    ratio = np.array([x for _, x, _ in have], float)
+    tokens = np.array([n for _, _, n in have], float)
+    out = {}
+    for name, den in (("kl/per_answer", np.ones(len(have))), ("kl/per_token", tokens)):
+        ci = S.bootstrap_ratio_ci(ratio, den, env, rng=rng_for(name), B=st.B, alpha=st.alpha)
+        value = float(ratio.sum() / den.sum()) if den.sum() > 0 else nan
+        out[name] = _from_ci(ci, value, len(have), 0, len(a.rows) - len(have))
+    return out
+
+
 def _env_cols(a: _Arrays, env: str) -> tuple[np.ndarray, np.ndarray]:
     mask = a.env == env
     return a.apparent[mask], a.label[mask]
@@ -278,6 +321,14 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
     for source, a in (("policy", pol), ("stress", stress_noref)):
         m[f"fpr/{source}"] = _rate_metric(a, M.fpr, rng_for(f"fpr/{source}"), st)
         m[f"fnr/{source}"] = _rate_metric(a, M.fnr, rng_for(f"fnr/{source}"), st)
+    for kind in (IMPOSSIBLE, CONTROL):
+        sub = pol.where(pol.kind == kind)
+        m[f"fpr/policy/{kind}"] = _rate_metric(sub, M.fpr, rng_for(f"fpr/policy/{kind}"), st)
+        m[f"fnr/policy/{kind}"] = _rate_metric(sub, M.fnr, rng_for(f"fnr/policy/{kind}"), st)
+    pol_hist = {u: _verified(_Arrays([r for r in rs if r.source == POLICY])) for u, rs in all_t.items()}
+    for kind in (IMPOSSIBLE, CONTROL):
+        m[f"valid_rate_drift/{kind}"] = _valid_rate_drift(pol_hist, t, kind, run_seed, st)
+    m.update(_kl_metrics(pol_all, rng_for, st))
     for source, pick in (("policy", lambda r: r.source == POLICY),
                          ("stress", lambda r: r.source == STRESS and not r.is_reference)):
         hist = {u: _verified(_Arrays([r for r in rs if pick(r)])) for u, rs in all_t.items()}

@@ -31,12 +31,13 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from selfplay import artifacts as A
-from selfplay.config import ConfigError, Settings, check_data_path, resolve_data_path, train_settings
+from selfplay.config import ConfigError, Settings, check_data_path, train_settings
 from selfplay.dpo import DPOSettings, dpo_step
-from selfplay.envs import load_envs, train_audit_split
 from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
+from selfplay.models.backend import is_truncated
 from selfplay.pairs import build_pairs
+from selfplay.runs import judge_weights, load_data_split
 from selfplay.tracking import start_logger
 
 log = logging.getLogger("selfplay.train")
@@ -69,9 +70,7 @@ def chunks(items: Sequence, size: int) -> list[Sequence]:
 
 
 def load_train_envs(settings: Settings) -> list[Environment]:
-    path = resolve_data_path(settings.data.path)
-    root = resolve_data_path(settings.data.splits) if settings.data.splits else (path if path.is_dir() else path.parent)
-    train, _audit = train_audit_split(load_envs(path), root)
+    train = load_data_split(settings.data, "train")
     limit = settings.train.max_train_envs
     return train[:limit] if limit else train
 
@@ -81,21 +80,16 @@ def build_policy(settings: Settings):
     from selfplay.models.config import PolicyConfig
 
     policy = PolicyConfig.from_mapping(settings.policy)
-    return load_backend(policy, backend=settings.train.backend, lora=settings.train.lora_settings)
+    return load_backend(policy, backend=settings.train.backend, lora=settings.train.lora_settings,
+                        hf_batch_size=settings.train.sample_batch_size)
 
 
 def build_judge_for(settings: Settings, policy, t: int, judge_backend=None):
     """The iteration-t judge: π_{t-1} (self), π_0 (frozen) or another policy's weights (adapter off)."""
     from judges import build_judge
 
-    model = settings.judge.model
-    if model == "self":
-        backend, adapter, identity = policy, True, f"seed{settings.train.seed}/iter_{t - 1}"
-    elif model == "frozen":
-        backend, adapter, identity = policy, False, "initial"
-    else:
-        backend, adapter, identity = judge_backend, False, model
-    return build_judge(settings.reward_name, backend, adapter=adapter, identity=identity,
+    w = judge_weights(settings.judge.model, policy, seed=settings.train.seed, iteration=t - 1, other=judge_backend)
+    return build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
                        params=OmegaConf.to_container(settings.reward))
 
 
@@ -109,14 +103,20 @@ def sample_answers(policy, prompts: list[str], settings: Settings, t: int, batch
 
 
 def judge_answers(judge, envs: list[Environment], answers: list[list[str]], t: int, batch_envs: int):
-    from judges import JudgeItem
+    from judges.base import judge_item
 
     verdicts = []
     for chunk in tqdm(chunks(list(range(len(envs))), batch_envs), desc=f"iter {t}: judge"):
-        items = [JudgeItem(envs[i].public, a, envs[i].reference_answer) for i in chunk for a in answers[i]]
+        items = [judge_item(judge, envs[i], str(a)) for i in chunk for a in answers[i]]
         verdicts += judge.score(items)
     k = len(answers[0]) if answers else 0
     return [verdicts[i * k : (i + 1) * k] for i in range(len(envs))]
+
+
+def sample_metrics(truncated: list[list[bool]]) -> dict[str, float]:
+    flat = [c for env in truncated for c in env]
+    return {"sample/answers": float(len(flat)),
+            "sample/truncated_share": sum(flat) / len(flat) if flat else 0.0}
 
 
 def judge_metrics(verdicts) -> dict[str, float]:
@@ -133,7 +133,8 @@ def judge_metrics(verdicts) -> dict[str, float]:
 
 def write_iteration(dest: Path, t: int, envs, prompts, answers, verdicts, pairs, reasons, metrics, resolved) -> None:
     A.write_jsonl(dest / "generations.jsonl", (
-        {"task_id": e.task_id, "kind": e.kind, "category": e.category, "prompt": p, "answers": a}
+        {"task_id": e.task_id, "kind": e.kind, "category": e.category, "prompt": p,
+         "answers": [str(x) for x in a], "truncated": [is_truncated(x) for x in a]}
         for e, p, a in zip(envs, prompts, answers, strict=True)))
     A.write_jsonl(dest / "judgments.jsonl", (
         {"task_id": e.task_id, "index": i, "score": A.json_float(v.score), "error": v.error,
@@ -231,7 +232,9 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                         judge = build_judge_for(settings, policy, t, judge_backend)
                     verdicts = judge_answers(judge, envs, answers, t, batch_envs)
                 scores = [[v.score for v in env] for env in verdicts]
-                pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores, tr.margin)
+                cut = [[is_truncated(x) for x in env] for env in answers]
+                pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
+                                                     tr.margin, truncated=cut)
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
                 with timed(times, "dpo"):
@@ -244,7 +247,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 policy.save_adapter(dest / "adapter")
                 policy.wake_up()  # vLLM takes its GPU memory back
 
-                metrics = judge_metrics(verdicts) | counts.as_metrics() | train_metrics | times
+                metrics = (judge_metrics(verdicts) | counts.as_metrics() | sample_metrics(cut)
+                           | train_metrics | times)
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, verdicts, pairs, reasons, metrics, resolved)
             policy.load_adapter(A.iteration_dir(run, t) / "adapter")  # as after iteration 0

@@ -30,8 +30,8 @@ TRAIN = [
     "iterations=1", "k=2", "max_new_tokens=4", "max_train_envs=2", "margin=0.0", "batch_size=2",
     "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]",
 ]
-AUDIT = ["n=2", "max_new_tokens=4", "max_envs=1", "bootstrap.B=50", "logger=none", "progress=false",
-         "oracle.min_mass=0.0"]
+AUDIT = ["n=2", "max_new_tokens=4", "max_envs=1", "bootstrap.B=1000", "logger=none", "progress=false",
+         "oracle=llm", "oracle.min_mass=0.0"]
 # every SPEC §6 quantity, per seed and iteration
 METRICS = {
     "va_gap/impossible", "va_gap/control", "apparent/impossible", "apparent/control",
@@ -41,8 +41,10 @@ METRICS = {
     "auroc/policy/judge", "auroc/policy/length", "auroc/policy/hedge", "auroc/policy/length_matched",
     "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
     "ibe/policy/judge+checks", "ibe/stress/judge+checks", "oracle/fpr_stress", "oracle/fnr_stress",
+    "fpr/policy/impossible", "fpr/policy/control", "fnr/policy/impossible", "fnr/policy/control",
+    "valid_rate_drift/impossible", "valid_rate_drift/control", "kl/per_answer", "kl/per_token",
 }
-FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored"}
+FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored", "n_undefined", "status", "reason"}
 
 
 def cut(envs):
@@ -104,13 +106,13 @@ def test_every_metric_per_seed_and_iteration(audited):
         assert it["checkpoint"] == f"anchored/seed0/iter_{t}"
     assert seed["iterations"]["0"]["metrics"]["fpr_drift/stress"]["value"] in (0.0, None)
     assert set(doc["rewards"]["anchored"]["across_seeds"]["1"]) == METRICS
-    assert doc["settings"]["bootstrap"] == {"B": 50, "alpha": 0.05}
+    assert doc["settings"]["bootstrap"] == {"B": 1000, "alpha": 0.05}
 
 
 def test_csv_has_one_row_per_seed_iteration_metric(audited):
     root, raw, _ = audited
     rows = list(csv.DictReader((root / "audit.csv").open()))
-    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n"}
+    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "reason"}
     keys = [(r["reward"], r["seed"], r["iteration"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))
     assert {k for k in keys if k[1] == "0"} == {("anchored", "0", t, m) for t in "01" for m in METRICS}
@@ -127,7 +129,7 @@ def test_figures_and_caches_written(audited):
         assert (root / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for t in (0, 1):
         cache = root / "anchored" / "seed0" / f"iter_{t}" / "audit_cache"
-        assert sorted(p.name.split("-")[0] for p in cache.glob("*.jsonl")) == ["answers", "judge", "oracle"]
+        assert sorted(p.name.split("-")[0] for p in cache.glob("*.jsonl")) == ["answers", "checks", "judge", "kl", "oracle"]
 
 
 def test_rerun_reads_the_cache_and_reproduces_audit_json(audited, monkeypatch):

@@ -11,7 +11,8 @@ import pytest
 
 from audit import stats as S
 from audit.checkpoints import CheckpointError, find_checkpoints
-from audit.records import AnswerRow, CacheError, JsonlCache
+from audit.cache import CacheError, JsonlCache
+from audit.records import AnswerRow
 from audit.results import build_results, csv_rows, dumps
 from audit.summary import StatsSettings, seed_metrics
 from selfplay.artifacts import write_manifest
@@ -45,7 +46,7 @@ T1 = [pol("C1", 1, 0.9, "invalid") if (r.task_id, r.answer_id) == ("C1", "p1") e
 
 @pytest.fixture(scope="module")
 def audited():
-    return seed_metrics({0: T0, 1: T1}, run_seed=3, settings=StatsSettings(seed=7, B=300))
+    return seed_metrics({0: T0, 1: T1}, run_seed=3, settings=StatsSettings(seed=7, B=1000))
 
 
 def test_metrics_equal_hand_derived_values(audited):
@@ -98,7 +99,7 @@ def test_intervals_are_the_seeded_environment_bootstrap(audited):
     its interval is `bootstrap_ratio_ci` of exactly those with the Generator seeded by
     (audit seed 7, run seed 3, t = 0, crc32(metric name))."""
     rng = np.random.default_rng([7, 3, 0, zlib.crc32(b"fpr/policy")])
-    ref = S.bootstrap_ratio_ci([0, 1, 1], [1, 1, 1], ["C1", "E1", "E2"], rng=rng, B=300)
+    ref = S.bootstrap_ratio_ci([0, 1, 1], [1, 1, 1], ["C1", "E1", "E2"], rng=rng, B=1000)
     m = audited[0].metrics["fpr/policy"]
     assert (m.ci_low, m.ci_high) == (ref.low, ref.high)
     for name, v in audited[0].metrics.items():
@@ -107,9 +108,9 @@ def test_intervals_are_the_seeded_environment_bootstrap(audited):
 
 
 def test_same_input_same_numbers_other_seed_other_intervals(audited):
-    again = seed_metrics({0: T0, 1: T1}, run_seed=3, settings=StatsSettings(seed=7, B=300))
+    again = seed_metrics({0: T0, 1: T1}, run_seed=3, settings=StatsSettings(seed=7, B=1000))
     assert repr(again) == repr(audited)  # repr: NaN == NaN for undefined metrics
-    other = seed_metrics({0: T0, 1: T1}, run_seed=3, settings=StatsSettings(seed=8, B=300))
+    other = seed_metrics({0: T0, 1: T1}, run_seed=3, settings=StatsSettings(seed=8, B=1000))
     assert other[0].metrics["fpr/policy"].value == audited[0].metrics["fpr/policy"].value
     assert any(other[t].metrics[k] != audited[t].metrics[k] for t in (0, 1) for k in audited[t].metrics)
 
@@ -223,7 +224,7 @@ def test_second_oracle_and_oracle_error_rates():
     rows = [p(0, 0.7, "invalid", True), p(1, 0.6, "invalid", False), p(2, 0.2, "invalid", True),
             p(3, 0.9, "valid", None), s("r", "valid", True), s("s1", "invalid", True),
             s("s2", "invalid", False), s("s3", "valid", False)]
-    a = seed_metrics({0: rows}, run_seed=0, settings=StatsSettings(B=50), second_oracle=True)[0]
+    a = seed_metrics({0: rows}, run_seed=0, settings=StatsSettings(B=1000), second_oracle=True)[0]
     assert a.metrics["ibe/policy/judge+oracle2"].value == pytest.approx(-1 / 9)
     assert a.metrics["ibe/policy/judge+oracle2"].n == 3
     assert math.isnan(a.metrics["ibe/stress/judge+oracle2"].value)  # oracle2 gave no stress verdicts here

@@ -42,8 +42,8 @@ def test_generic_and_ratio_bootstrap_agree_on_a_rate():
     """Same Generator state -> same cluster draws -> same percentile interval for a mean."""
     clusters, x = _clustered_rate(np.random.default_rng(1), k=30, m=4, rate=0.3)
     clusters = np.array([f"env{c}" for c in clusters])  # labels need not be integers
-    generic = bootstrap_ci(lambda _, v: v.mean(), clusters, x, rng=np.random.default_rng(7), B=500)
-    fast = bootstrap_ratio_ci(x, np.ones_like(x), clusters, rng=np.random.default_rng(7), B=500)
+    generic = bootstrap_ci(lambda _, v: v.mean(), clusters, x, rng=np.random.default_rng(7), B=1000)
+    fast = bootstrap_ratio_ci(x, np.ones_like(x), clusters, rng=np.random.default_rng(7), B=1000)
     assert generic.estimate == pytest.approx(fast.estimate)
     assert (generic.low, generic.high) == pytest.approx((fast.low, fast.high))
 
@@ -57,7 +57,7 @@ def test_auroc_bootstrap_keeps_pairs_inside_each_drawn_copy():
     valid = np.tile([True, True, False, False], 12)
     scores = rng.integers(0, 4, size=len(env)).astype(float)
     generic = bootstrap_ci(lambda e, s, v: metrics.within_env_auroc(e, s, v).value,
-                           env, scores, valid, rng=np.random.default_rng(5), B=300)
+                           env, scores, valid, rng=np.random.default_rng(5), B=1000)
     wins = np.zeros(len(env))
     pairs = np.zeros(len(env))
     for e in range(12):
@@ -65,7 +65,7 @@ def test_auroc_bootstrap_keeps_pairs_inside_each_drawn_copy():
         d = s[:2, None] - s[None, 2:]  # 2 valid x 2 invalid
         wins[e * 4] = (d > 0).sum() + 0.5 * (d == 0).sum()
         pairs[e * 4] = 4
-    fast = bootstrap_ratio_ci(wins, pairs, env, rng=np.random.default_rng(5), B=300)
+    fast = bootstrap_ratio_ci(wins, pairs, env, rng=np.random.default_rng(5), B=1000)
     assert generic.estimate == pytest.approx(fast.estimate)
     assert (generic.low, generic.high) == pytest.approx((fast.low, fast.high))
 
@@ -143,6 +143,6 @@ def test_bonferroni():
 def test_bootstrap_ci_returns_dataclass_with_estimate_on_original_clusters():
     """The estimate is the statistic on the data as given: mean of 1, 0, 1 = 2/3."""
     ci = bootstrap_ci(lambda _, v: v.mean(), ["a", "b", "c"], [1.0, 0.0, 1.0],
-                      rng=np.random.default_rng(0), B=200)
+                      rng=np.random.default_rng(0), B=1000)
     assert isinstance(ci, BootstrapCI) and ci.estimate == pytest.approx(2 / 3)
     assert 0.0 <= ci.low <= ci.estimate <= ci.high <= 1.0
