@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from selfplay.config import ConfigError, comparable
+from selfplay.envs.load import unreadable
 
 log = logging.getLogger("selfplay.artifacts")
 DONE = "DONE"
@@ -240,19 +241,9 @@ def recovery(iteration: Path) -> str:
 
 
 def _reason(path: Path, e: BaseException) -> str:
-    if isinstance(e, UnicodeDecodeError):
-        return f"not UTF-8 text: byte 0x{e.object[e.start]:02X} at offset {e.start}"
     if isinstance(e, yaml.YAMLError):
         return "invalid YAML: " + " ".join(str(e).split())
-    if isinstance(e, OSError):
-        if e.errno == errno.ELOOP:
-            return "a symlink loop"
-        if path.is_symlink() and not path.exists():
-            return f"a dangling symlink to {os.readlink(path)}"
-        if e.errno == errno.EISDIR:
-            return "a directory, not a file"
-        return e.strerror or str(e)
-    return str(e)
+    return unreadable(path, e)  # the wording of every loader
 
 
 def read_manifest(iteration: Path) -> dict[str, dict[str, Any]]:
@@ -293,9 +284,9 @@ def verify_iteration(iteration: Path) -> None:
             problems.append(f"{rel} is missing")
             continue
         try:
-            if not path.is_file():
-                raise IsADirectoryError(errno.EISDIR, "not a file") if path.is_dir() else OSError(errno.ENOENT, "")
-            size = path.stat().st_size
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, "a directory")
+            size = path.stat().st_size  # a broken link or a loop raises here
             if size != want["bytes"]:
                 problems.append(f"{rel} is {size} bytes, {want['bytes']} when written (truncated or overwritten)")
             elif _sha256(path) != want["sha256"]:
@@ -363,7 +354,11 @@ def run_lock(run: Path) -> Iterator[None]:
     created = _make_dirs(run)
     path = run / LOCK
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            _remove_created(created, run)
+            raise ConfigError(f"{path}: cannot create the run's lock file ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -140,8 +140,9 @@ def c_data(damage: Callable[[Path], str], *expect: str, entry: str = "train") ->
     def setup(tmp, trained):
         data = mini_copy(tmp / "data")
         named = damage(data)
-        args = _train(tmp, f"data.path={data}") if entry == "train" else [str(data)]
-        return Case(entry, args, [named, *expect])
+        if entry == "train":
+            return Case(entry, _train(tmp, f"data.path={data}"), [named, *expect])
+        return Case("envs", [named if entry == "envs-jsonl" else str(data)], [named, *expect])
     return setup
 
 
@@ -254,6 +255,8 @@ CASES = [
     pytest.param(c_data(in_data(loop), "symlink loop", entry="envs"), id="envs-record-symlink-loop"),
     pytest.param(c_data(lambda d: str(dangling(d / "splits" / "train.json")), "dangling symlink", entry="envs"),
                  id="envs-split-dangling"),
+    pytest.param(c_data(lambda d: str(ff_byte(d / "export.jsonl")), "not UTF-8", entry="envs-jsonl"),
+                 id="envs-jsonl-0xff"),
     # resume of a finished run: every iteration verified against its manifest, nothing deleted
     pytest.param(c_run(lambda r: (truncate(r / "iter_1" / "metrics.json"), str(r / "iter_1"))[1],
                        "metrics.json is", "truncated", "rm -r"), id="resume-metrics-truncated"),
@@ -270,6 +273,10 @@ CASES = [
                        "judgments.jsonl is 3 bytes"), id="resume-file-overwritten"),
     pytest.param(c_run(lambda r: (truncate(r / "iter_2" / "DONE"), str(r / "iter_2" / "DONE"))[1],
                        "not a checksum manifest"), id="resume-done-truncated"),
+    pytest.param(c_run(lambda r: (a_dir(r / "iter_1" / "metrics.json"), str(r / "iter_1"))[1],
+                       "metrics.json is unreadable (a directory"), id="resume-metrics-is-dir"),
+    pytest.param(c_run(lambda r: (loop(r / "iter_2" / "pairs.jsonl"), str(r / "iter_2"))[1],
+                       "pairs.jsonl is unreadable (cannot read: a symlink loop)"), id="resume-file-symlink-loop"),
     pytest.param(c_run(no_manifest, "seal"), id="resume-done-without-manifest"),
     pytest.param(lock_held, id="resume-lock-held"),
     # audit.gap: every checkpoint of the run verified before anything is written
