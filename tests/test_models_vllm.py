@@ -173,13 +173,16 @@ class FakeLLM:
         self.events.append(("wake_up",))
 
 
-def install_fake_vllm(monkeypatch, params_cls=SamplingParams) -> types.ModuleType:
+def install_fake_vllm(monkeypatch, params_cls=SamplingParams, cpu=False) -> types.ModuleType:
     vllm = types.ModuleType("vllm")
     vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
     vllm.LLM, vllm.SamplingParams = FakeLLM, params_cls
     lora_pkg, request_mod = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
     request_mod.LoRARequest = LoRARequest
-    for name, mod in [("vllm", vllm), ("vllm.lora", lora_pkg), ("vllm.lora.request", request_mod)]:
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: cpu)
+    for name, mod in [("vllm", vllm), ("vllm.lora", lora_pkg), ("vllm.lora.request", request_mod),
+                      ("vllm.platforms", platforms)]:
         monkeypatch.setitem(sys.modules, name, mod)
     return vllm
 
@@ -213,8 +216,8 @@ def tokenizer():
     return load_tokenizer(PolicyConfig.named("tiny-qwen3"))
 
 
-def make(monkeypatch, tokenizer, trainable=None, **engine):
-    install_fake_vllm(monkeypatch)
+def make(monkeypatch, tokenizer, trainable=None, cpu=False, **engine):
+    install_fake_vllm(monkeypatch, cpu=cpu)
     from selfplay.models.vllm_backend import VLLMBackend
 
     return VLLMBackend(FakeLLM(**engine), tokenizer, CFG, trainable=trainable, progress=False)
@@ -310,6 +313,20 @@ def test_sequence_logprobs_sum_the_completion_prompt_logprobs(monkeypatch, token
     call = b.llm.calls[-1]
     assert call["prompts"] == [{"prompt_token_ids": p + c}]  # the empty completion is not sent
     assert call["params"][0].prompt_logprobs == 0
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["cuda-build", "cpu-build"])
+def test_prompt_logprobs_go_one_request_a_call_on_the_cpu_build(monkeypatch, tokenizer, tmp_path, cpu):
+    """On vLLM's CPU build, with LoRA enabled, several requests asking for prompt log-probs in one
+    step crash its LoRA logits kernel (adapter on or off): there each goes in its own call."""
+    b = make(monkeypatch, tokenizer, trainable=FakeTrainable(), cpu=cpu)
+    b.save_adapter(tmp_path / "a")
+    prompts, completions = ["Q one", "Q two words"], [" yes", " no"]
+    for adapter in (True, False):
+        b.llm.calls.clear()
+        b.sequence_logprobs(prompts, completions, adapter=adapter)
+        assert [len(c["prompts"]) for c in b.llm.calls] == ([1, 1] if cpu else [2])
+        assert {c["lora"] is None for c in b.llm.calls} == {not adapter}
 
 
 def test_lengths_are_checked_against_the_engines_max_model_len(monkeypatch, tokenizer):
@@ -433,3 +450,23 @@ def test_load_backend_routes_to_vllm_and_auto_stays_on_hf_without_cuda(monkeypat
     from selfplay.models.hf import HFBackend
 
     assert isinstance(load_backend("tiny-llama", backend="auto", progress=False), HFBackend)
+
+
+def test_hf_backend_without_per_row_logits_to_keep_gives_the_same_numbers(monkeypatch):
+    """The trainable half of VLLMBackend is an HFBackend running under vLLM's transformers pin
+    (<5.20), which has no per-row `logits_to_keep`; its fallback (keep the last k positions, pick
+    the rows' own) must give the numbers of the per-row path, on prompts of unequal lengths that
+    share a prefix (the KV-reuse path) and on ones that do not."""
+    from selfplay.models import hf
+
+    b = load_backend("tiny-llama", backend="hf", device="cpu", progress=False, batch_size=4)
+    shared = "A long shared packet of evidence that every candidate prompt begins with, " * 2
+    prompts = [shared + "Answer: yes", shared + "Answer: it cannot be settled from the packet", "Short one"]
+    completions = [" Yes.", " No, the second trial is null.", " ok"]
+    assert hf.ROW_KEEP  # the project's own environment has the per-row path
+    want_next = b.next_token_logprobs(prompts, [5, 17, 300])
+    want_seq = b.sequence_logprobs(prompts, completions)
+    monkeypatch.setattr(hf, "ROW_KEEP", False)
+    np.testing.assert_allclose(b.next_token_logprobs(prompts, [5, 17, 300]), want_next, atol=1e-5)
+    np.testing.assert_allclose(b.sequence_logprobs(prompts, completions), want_seq, atol=1e-5)
+    assert max(plen for plen, _ in hf.prefix_groups(b.encode(prompts), b.min_prefix)) > 16

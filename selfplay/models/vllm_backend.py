@@ -30,7 +30,8 @@ A thin translation layer:
   the raw logits (vLLM's default `logprobs_mode="raw_logprobs"`); prefix caching computes a shared
   prompt prefix once.
 - Sequence log-probs: prompt + completion sent as one prompt with `prompt_logprobs=0`, which returns
-  the log-prob of every prompt token; the completion's are summed.
+  the log-prob of every prompt token; the completion's are summed. On vLLM's CPU build each
+  sequence goes in a call of its own (its LoRA logits kernel cannot batch prompt log-probs).
 - `sleep()` / `wake_up()` release and restore the GPU memory vLLM holds around a training step.
 """
 
@@ -96,6 +97,12 @@ class VLLMBackend:
         self._lora = None
         self._lora_version = 0
         self._adapter_off = False
+        # vLLM's CPU LoRA logits kernel (punica_cpu.add_lora_logits, run whenever LoRA is enabled)
+        # indexes adapters per request, not per prompt token: prompt log-probs of several requests
+        # in one step crash there
+        from vllm.platforms import current_platform
+
+        self._prompt_logprobs_one_at_a_time = current_platform.is_cpu()
 
     @staticmethod
     def engine_kwargs(
@@ -222,7 +229,11 @@ class VLLMBackend:
         if not todo:
             return result
         params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        outs = self._generate([p_ids[i] + c_ids[i] for i in todo], params, adapter)
+        seqs = [p_ids[i] + c_ids[i] for i in todo]
+        if self._prompt_logprobs_one_at_a_time:
+            outs = [out for seq in seqs for out in self._generate([seq], params, adapter)]
+        else:
+            outs = self._generate(seqs, params, adapter)
         for i, out in zip(todo, outs, strict=True):
             start = len(p_ids[i])
             per_token = out.prompt_logprobs[start:]  # position j holds log p(token j | tokens < j)
