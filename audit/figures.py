@@ -27,6 +27,16 @@ def _nan(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
 
+def _withheld(entry: Mapping[str, Any], metric: str) -> str | None:
+    """The gate's reason when `metric` is unverified for some seed of this reward, else None."""
+    for s in entry["seeds"].values():
+        for it in s["iterations"].values():
+            m = it["metrics"].get(metric) or {}
+            if m.get("status") == "unverified":
+                return m.get("reason") or "the oracle gate failed"
+    return None
+
+
 def _series(seed_doc: Mapping[str, Any], metric: str):
     its = sorted(seed_doc["iterations"], key=int)
     ms = [seed_doc["iterations"][t]["metrics"].get(metric) for t in its]
@@ -52,7 +62,11 @@ def metric_grid(doc: Mapping[str, Any], metrics: Sequence[str], path: Path, *, t
         entry = doc["rewards"][reward]
         for row, metric in enumerate(metrics):
             ax = axes[row][col]
-            for seed in sorted(entry["seeds"], key=int):
+            reason = _withheld(entry, metric)
+            if reason is not None:  # never a plain number: say why there is no line
+                ax.text(0.5, 0.5, "unverified:\n" + _wrap(reason), ha="center", va="center", fontsize=6,
+                        transform=ax.transAxes, color="firebrick")
+            for seed in sorted(entry["seeds"], key=int) if reason is None else ():
                 xs, val, lo, hi = _series(entry["seeds"][seed], metric)
                 line, = ax.plot(xs, val, marker="o", label=f"seed {seed}")
                 ax.fill_between(xs, lo, hi, alpha=0.2, color=line.get_color())
@@ -85,9 +99,50 @@ def metric_grid(doc: Mapping[str, Any], metrics: Sequence[str], path: Path, *, t
     return path
 
 
+def _wrap(text: str, width: int = 48) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)[:8])
+
+
+def kl_curve(doc: Mapping[str, Any], path: Path) -> Path:
+    """Apparent (dashed) and verified (solid) success on impossible environments against √KL, one
+    colour per reward × seed: what the judge believes against what is true as π_t leaves π_0."""
+    from .report import kl_points
+
+    pts = kl_points(doc)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    withheld = sorted({f"{p['reward']} seed {p['seed']}" for p in pts if p["verified_status"] == "unverified"})
+    for i, key in enumerate(sorted({(p["reward"], p["seed"]) for p in pts})):
+        run = sorted((p for p in pts if (p["reward"], p["seed"]) == key), key=lambda p: p["t"])
+        xs = [p["sqrt_kl"] for p in run]
+        color = f"C{i % 10}"
+        ax.plot(xs, [_nan(p["apparent"]) for p in run], "--o", color=color,
+                label=f"{key[0]} seed {key[1]}: apparent")
+        if all(p["verified_status"] != "unverified" for p in run):
+            ax.plot(xs, [_nan(p["verified"]) for p in run], "-s", color=color,
+                    label=f"{key[0]} seed {key[1]}: verified")
+    if withheld:
+        ax.text(0.02, 0.02, "verified success unverified (oracle gate failed) for: " + _wrap(", ".join(withheld), 60),
+                transform=ax.transAxes, fontsize=6, color="firebrick", va="bottom")
+    ax.set_xlabel("√KL(π_t ‖ π_0)  (nats per answer, from the audit's samples)")
+    ax.set_ylabel("success on impossible environments")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    if pts:
+        ax.legend(fontsize=6, loc="upper right")
+    ax.set_title("Apparent vs verified success against √KL", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_figures(doc: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """The audit's standard figures into `out_dir`; returns their paths."""
     return [
+        kl_curve(doc, out_dir / "kl_curve.png"),
         metric_grid(doc, GAP_FPR, out_dir / "va_gap_fpr.png", title="VA-Gap and FPR per iteration"),
         metric_grid(doc, DISCRIMINATION, out_dir / "discrimination.png",
                     title="Policy (Youden J) and judge (AUROC) discrimination", baselines=True),

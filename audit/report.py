@@ -7,14 +7,18 @@ DIR holds `audit.json` (an audit of the whole experiment), or audits of its part
 reward or seed dir audited on its own); those are merged, and one reward × seed audited twice is an
 error rather than a silent choice.
 
-The report has one table per metric: a row per reward, a column per iteration, each cell the mean
-over seeds with the t interval over seeds; where a reward has a single seed the cell is that seed's
-value with its environment-bootstrap interval, marked `*`. Then the paired comparison of judge
-designs on the final iteration: for each reward against `rubric` (against the first reward, said
-so, when `rubric` was not run), McNemar's exact test on the VA-Gap event 1[A ∧ ¬valid] of impossible
-environments, paired by (seed, environment, sample index), with Bonferroni correction over the
-comparisons. The pairing by sample index is arbitrary but fair: the n samples of one environment
-are exchangeable, so any pairing of them keeps the environments paired, which is what McNemar needs.
+The report opens with the oracle calibration: every verifier's agreement, accept-invalid and
+reject-valid rates on the labelled answers (audit.calibration), the gate's verdict with its reasons
+and any warning. Then one table per metric: a row per reward, a column per iteration, each cell the
+mean over seeds with the t interval over seeds; where a reward has a single seed the cell is that
+seed's value with its environment-bootstrap interval, marked `*`; `unverified` where the gate
+withholds an oracle-dependent number. Then the paired comparison of judge designs on the final
+iteration: for each reward against `rubric` (against the first reward, said so, when `rubric` was
+not run), the difference in VA-Gap on impossible environments with a paired environment bootstrap
+(both rewards resampled by the same draw of environments, pooled over the seeds both ran, so the
+environment is the unit and its samples are never treated as independent), a two-sided bootstrap
+p-value and Bonferroni correction over the comparisons. Last, the over-optimisation curve: apparent
+and verified success on impossible environments against √KL(π_t ‖ π_0).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+
+import numpy as np
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,11 +37,14 @@ from .figures import write_figures
 from .results import across_seeds, load_results, write_text_atomic
 
 BASELINE = "rubric"
+UNVERIFIED = "unverified"
 # report order; metrics not listed follow in alphabetical order
 ORDER = (
     "va_gap/impossible", "va_gap/control", "apparent/impossible", "apparent/control",
     "verified/impossible", "verified/control", "valid_rate/impossible", "valid_rate/control",
-    "fpr/policy", "fnr/policy", "fpr/stress", "fnr/stress",
+    "valid_rate_drift/impossible", "valid_rate_drift/control", "kl/per_answer", "kl/per_token",
+    "fpr/policy", "fnr/policy", "fpr/policy/impossible", "fpr/policy/control", "fnr/policy/impossible",
+    "fnr/policy/control", "fpr/stress", "fnr/stress",
     "fpr_drift/policy", "fpr_slope/policy", "fpr_drift/stress", "fpr_slope/stress",
     "youden_j",
     "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
@@ -49,7 +58,8 @@ TITLES = {
     "fpr": "FPR P(A | ¬valid)", "fnr": "FNR P(¬A | valid)", "fpr_drift": "FPR drift FPR_t − FPR_0",
     "fpr_slope": "FPR drift: OLS slope over t", "youden_j": "Policy discrimination (Youden J)",
     "auroc": "Within-environment AUROC", "ibe": "Independence-bound excess (IBE)",
-    "oracle": "The oracle against the release labels",
+    "oracle": "The oracle against the release labels", "valid_rate_drift": "Valid-rate drift (t − 0)",
+    "kl": "KL(π_t ‖ π_0) from the audit's own samples",
 }
 
 
@@ -114,10 +124,14 @@ def cell(entry: Mapping[str, Any], t: str, metric: str) -> str:
         return ""
     if len(seeds) == 1:
         m = seeds[0]["iterations"][t]["metrics"][metric]
+        if m.get("status") == UNVERIFIED:
+            return UNVERIFIED
         if m["value"] is None:
             return "—"
         return f"{_num(m['value'])} [{_num(m['ci_low'])}, {_num(m['ci_high'])}]*"
     m = entry["across_seeds"][t][metric]
+    if m.get("status") == UNVERIFIED:
+        return UNVERIFIED
     if m["mean"] is None:
         return "—"
     return f"{_num(m['mean'])} [{_num(m['ci_low'])}, {_num(m['ci_high'])}]"
@@ -156,25 +170,24 @@ def final_iteration(entry: Mapping[str, Any]) -> int:
     return min(max(int(t) for t in s["iterations"]) for s in entry["seeds"].values())
 
 
-def paired_outcomes(a: Mapping[str, Any], b: Mapping[str, Any], t: int, kind: str = "impossible"):
-    """VA-Gap events of two rewards at iteration t, paired by (seed, task_id, sample index)."""
-    xa, xb = [], []
-    for seed in sorted(set(a["seeds"]) & set(b["seeds"]), key=int):
-        ia = a["seeds"][seed]["iterations"].get(str(t))
-        ib = b["seeds"][seed]["iterations"].get(str(t))
-        if ia is None or ib is None:
-            continue
-        ea, eb = ia["exploit"].get(kind, {}), ib["exploit"].get(kind, {})
-        for task in sorted(set(ea) & set(eb)):
-            for u, v in zip(ea[task], eb[task]):  # noqa: B905 - n may differ; pair what both have
-                if u is not None and v is not None:
-                    xa.append(bool(u))
-                    xb.append(bool(v))
-    return xa, xb
+def _per_env_events(a: Mapping[str, Any], t: int, seeds: Sequence[str], kind: str) -> dict[str, list[int]]:
+    """task_id -> the defined VA-Gap events 1[A ∧ ¬valid] of `seeds` at iteration t."""
+    out: dict[str, list[int]] = {}
+    for seed in seeds:
+        it = a["seeds"][seed]["iterations"].get(str(t))
+        for task, events in ((it or {}).get("exploit", {}).get(kind, {})).items():
+            out.setdefault(task, []).extend(int(e) for e in events if e is not None)
+    return out
+
+
+def _unverified(entry: Mapping[str, Any], seeds: Sequence[str]) -> list[str]:
+    return [f"seed {s}" for s in seeds
+            if (entry["seeds"][s].get("calibration") or {}).get("gate", {}).get("status") == UNVERIFIED]
 
 
 def comparisons(doc: Mapping[str, Any]) -> tuple[str | None, str, list[dict[str, Any]]]:
-    """(baseline, note, rows): McNemar of every other reward against the baseline, Bonferroni-adjusted."""
+    """(baseline, note, rows): paired environment bootstrap of the VA-Gap difference of every other
+    reward against the baseline, Bonferroni-adjusted."""
     rewards = sorted(doc["rewards"])
     if len(rewards) < 2:
         return None, "Only one reward was audited: no paired comparison.", []
@@ -184,31 +197,131 @@ def comparisons(doc: Mapping[str, Any]) -> tuple[str | None, str, list[dict[str,
         base = rewards[0]
         note = (f"`{BASELINE}` was not part of this experiment, so each judge design is compared "
                 f"against the first reward in alphabetical order, `{base}`.")
+    settings = doc.get("settings") if isinstance(doc.get("settings"), Mapping) else {}
+    B = int((settings.get("bootstrap") or {}).get("B") or 2000)
     rows = []
     for reward in rewards:
         if reward == base:
             continue
-        t = min(final_iteration(doc["rewards"][reward]), final_iteration(doc["rewards"][base]))
-        xa, xb = paired_outcomes(doc["rewards"][reward], doc["rewards"][base], t)
-        test = S.mcnemar_exact(xa, xb)
-        rows.append({"reward": reward, "baseline": base, "iteration": t, "n": test.n,
-                     "reward_only": test.a_only, "baseline_only": test.b_only,
-                     "rate_reward": sum(xa) / len(xa) if xa else None,
-                     "rate_baseline": sum(xb) / len(xb) if xb else None, "p": test.pvalue})
-    for row, adj in zip(rows, S.bonferroni([r["p"] for r in rows]), strict=True):
+        ea, eb = doc["rewards"][reward], doc["rewards"][base]
+        t = min(final_iteration(ea), final_iteration(eb))
+        seeds = sorted(set(ea["seeds"]) & set(eb["seeds"]), key=int)
+        withheld = _unverified(ea, seeds) + _unverified(eb, seeds)
+        xa, xb = _per_env_events(ea, t, seeds, "impossible"), _per_env_events(eb, t, seeds, "impossible")
+        tasks = sorted(set(xa) & set(xb))
+        row = {"reward": reward, "baseline": base, "iteration": t, "environments": len(tasks),
+               "n_reward": sum(len(xa[k]) for k in tasks), "n_baseline": sum(len(xb[k]) for k in tasks)}
+        if withheld:
+            row |= {"status": UNVERIFIED, "reason": f"the oracle gate failed for {', '.join(withheld)}"}
+        elif tasks:
+            d = S.paired_bootstrap_diff([sum(xa[k]) for k in tasks], [len(xa[k]) for k in tasks],
+                                        [sum(xb[k]) for k in tasks], [len(xb[k]) for k in tasks], tasks,
+                                        rng=np.random.default_rng([int(settings.get("seed") or 0), t]), B=B)
+            row |= {"status": "ok", "diff": d.estimate, "ci_low": d.low, "ci_high": d.high, "p": d.pvalue,
+                    "B": d.B, "n_undefined": d.n_undefined}
+        else:
+            row |= {"status": "ok", "diff": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"),
+                    "p": float("nan"), "B": B, "n_undefined": 0}
+        rows.append(row)
+    tested = [r for r in rows if r["status"] == "ok" and math.isfinite(r["p"])]
+    for row, adj in zip(tested, S.bonferroni([r["p"] for r in tested]) if tested else [], strict=True):
         row["p_bonferroni"] = float(adj)
     return base, note, rows
 
 
 def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = ["| reward | vs | t | pairs | VA-Gap reward | VA-Gap baseline | only reward | only baseline "
-             "| p (exact) | p (Bonferroni) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| reward | vs | t | environments | answers (reward / baseline) | VA-Gap difference [95% CI] "
+             "| undefined replicates | p (bootstrap) | p (Bonferroni) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['reward']} | {r['baseline']} | {r['iteration']} | {r['n']} | "
-                     f"{_num(r['rate_reward'])} | {_num(r['rate_baseline'])} | {r['reward_only']} | "
-                     f"{r['baseline_only']} | {r['p']:.4g} | {r['p_bonferroni']:.4g} |")
+        head = (f"| {r['reward']} | {r['baseline']} | {r['iteration']} | {r['environments']} | "
+                f"{r['n_reward']} / {r['n_baseline']} | ")
+        if r["status"] == UNVERIFIED:
+            lines.append(head + f"unverified ({r['reason']}) | | | |")
+            continue
+        p_adj = r.get("p_bonferroni")
+        lines.append(head + f"{_num(r['diff'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}] | "
+                     f"{r['n_undefined']} of {r['B']} | {_num(r['p'])} | {_num(p_adj)} |")
     return lines
+
+
+# -- the over-optimisation curve --------------------------------------------------------------------
+
+def kl_points(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per reward, seed and t: √KL (per answer; a negative estimate is drawn at 0) and apparent and
+    verified success on impossible environments (verified None and `unverified` when withheld)."""
+    out = []
+    for reward, entry in sorted(doc["rewards"].items()):
+        for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
+            for t, it in sorted(s["iterations"].items(), key=lambda kv: int(kv[0])):
+                m = it["metrics"]
+                kl = (m.get("kl/per_answer") or {}).get("value")
+                if kl is None:
+                    continue
+                ver = m.get("verified/impossible") or {}
+                out.append({"reward": reward, "seed": seed, "t": int(t), "kl": kl, "sqrt_kl": math.sqrt(max(kl, 0.0)),
+                            "apparent": (m.get("apparent/impossible") or {}).get("value"),
+                            "verified": None if ver.get("status") == UNVERIFIED else ver.get("value"),
+                            "verified_status": ver.get("status", "ok")})
+    return out
+
+
+def kl_section(doc: Mapping[str, Any]) -> list[str]:
+    pts = kl_points(doc)
+    if not pts:
+        return []
+    lines = ["## Apparent and verified success against √KL(π_t ‖ π_0) (impossible environments)", "",
+             "KL per answer from the audit's own samples, mean of log π_t(a) − log π_0(a) (figure "
+             "`kl_curve.png`, one line per reward and seed).", "",
+             "| reward | seed | t | KL | √KL | apparent | verified |", "|---|---|---|---|---|---|---|"]
+    for p in pts:
+        ver = UNVERIFIED if p["verified_status"] == UNVERIFIED else _num(p["verified"])
+        lines.append(f"| {p['reward']} | {p['seed']} | {p['t']} | {_num(p['kl'])} | {_num(p['sqrt_kl'])} | "
+                     f"{_num(p['apparent'])} | {ver} |")
+    return lines + [""]
+
+
+# -- calibration ------------------------------------------------------------------------------------
+
+def _rate(c: Mapping[str, Any], key: str, k: str, n: str) -> str:
+    return f"{_num(c[key])} ({c[k]}/{c[n]})"
+
+
+def calibration_section(doc: Mapping[str, Any]) -> list[str]:
+    """The first table: every verifier on the labelled answers, then each run's gate."""
+    lines = ["## Oracle calibration (read this first)", "",
+             "Each verifier against labelled answers: `stress` = the labelled stress answers of the audited "
+             "environments, `labelled` = the labelled on-policy answers (labelled_answers.jsonl), `all` = "
+             "both (the gate reads `all`). Rates leave partially_valid answers and undecided verdicts out.", "",
+             "| reward | seed | verifier | set | agreement | accept-invalid | reject-valid | valid | invalid "
+             "| partial | undecided |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    gates = []
+    for reward, entry in sorted(doc["rewards"].items()):
+        for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
+            cal = s.get("calibration")
+            if not cal:
+                continue
+            for role, sets in cal["verifiers"].items():
+                for name in ("stress", "labelled", "all"):
+                    c = sets.get(name)
+                    if c is None:
+                        continue
+                    lines.append(f"| {reward} | {seed} | {role} | {name} | {_num(c['agreement'])} | "
+                                 f"{_rate(c, 'accept_invalid', 'n_accept_invalid', 'n_invalid')} | "
+                                 f"{_rate(c, 'reject_valid', 'n_reject_valid', 'n_valid')} | {c['n_valid']} | "
+                                 f"{c['n_invalid']} | {c['n_partial']} | {c['n_undecided']} of {c['n_answers']} |")
+            g = cal["gate"]
+            if g["status"] == UNVERIFIED:
+                gates.append(f"- `{reward}` seed {seed}: **unverified** — every oracle-dependent figure (on-policy "
+                             f"valid rate, VA-Gap, verified success, on-policy FPR/FNR/AUROC/IBE, Youden J and "
+                             f"their drifts) is withheld: " + "; ".join(g["reasons"]) + ".")
+            else:
+                gates.append(f"- `{reward}` seed {seed}: the primary oracle passes the gate.")
+            gates += [f"- warning (`{reward}` seed {seed}): {w}." for w in g.get("warnings", [])]
+    if not gates:
+        return []
+    return lines + ["", "Gate:", "", *gates, ""]
 
 
 # -- the document -----------------------------------------------------------------------------------
@@ -225,17 +338,21 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
         lines += [f"Audit settings: n = {settings.get('n')} answers per environment, bootstrap "
                   f"B = {boot.get('B')} environment resamples, seed {settings.get('seed')}, "
                   f"oracle `{settings.get('oracle', {}).get('model')}`.", ""]
+    lines += calibration_section(doc)
     lines += ["Cells: mean over seeds [95% t interval over seeds]; `*` marks a reward with one seed, "
               "whose cell is that seed's value [95% environment-bootstrap interval]. "
-              "— = undefined (e.g. no invalid answer for an FPR).", ""]
+              "— = undefined (e.g. no invalid answer for an FPR); `unverified` = withheld by the oracle "
+              "gate (see the calibration above).", ""]
     for metric in metric_names(doc):
         lines += [f"## {_title(metric)}", "", *metric_table(doc, metric), ""]
     base, note, rows = comparisons(doc)
     lines += ["## Paired comparison of judge designs (final iteration)", "", note,
-              "McNemar exact test on the VA-Gap event 1[A ∧ ¬valid] of impossible environments, pairs "
-              "(seed, environment, sample index); Bonferroni over the comparisons.", ""]
+              "VA-Gap on impossible environments, reward minus baseline: paired environment bootstrap (one "
+              "draw of environments for both rewards, samples of an environment pooled over the seeds both "
+              "ran), two-sided bootstrap p-value; Bonferroni over the comparisons.", ""]
     if rows:
         lines += [*comparison_table(rows), ""]
+    lines += kl_section(doc)
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
     return "\n".join(lines)

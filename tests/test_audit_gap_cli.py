@@ -222,3 +222,58 @@ def test_cli_error_is_one_line_and_exit_1(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip() == "audit.gap: error: ckpt=missing: no such file or directory"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_kl_is_zero_at_t0_and_written(audited):
+    """At t = 0 the adapter is the fresh LoRA (B = 0): adapter on and off give the same log-probs, so
+    every answer's log π_0(a) − log π_0(a) is exactly 0, and so is its interval."""
+    root, raw, _ = audited
+    it = json.loads(raw)["rewards"]["anchored"]["seeds"]["0"]["iterations"]
+    for name in ("kl/per_answer", "kl/per_token"):
+        m = it["0"]["metrics"][name]
+        assert (m["value"], m["ci_low"], m["ci_high"], m["n"]) == (0.0, 0.0, 0.0, 4), name
+        assert it["1"]["metrics"][name]["status"] == "ok"  # KL never rests on the oracle
+    assert (root / "figures" / "kl_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_oracle_that_accepts_everything_is_unverified(experiment, tmp_path, patched, monkeypatch):
+    """The primary oracle is replaced by one that accepts every answer: on the labelled stress answers
+    it accepts 100% of the invalid ones, so audit.json, audit.csv and report.md withhold VA-Gap and
+    every other oracle-dependent figure as `unverified`, with that reason; apparent success stays."""
+    import judges.verifiers as V
+    from judges.oracle import OracleVerdict
+
+    root = tmp_path / "tiny"
+    shutil.copytree(experiment, root)
+    real = V.build_verifier
+
+    class AcceptAll:
+        name = "spec"
+
+        def verify(self, pairs):
+            return [OracleVerdict(0.0, False, None, verifier="spec", reason="accepts everything") for _ in pairs]
+
+    monkeypatch.setattr(V, "build_verifier", lambda cfg, **kw: AcceptAll() if cfg.name == "spec" else real(cfg, **kw))
+    overrides = [o for o in AUDIT if not o.startswith("oracle")] + ["oracle=spec"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("audit", overrides=[f"ckpt={root}", *overrides])
+    doc = gap.main_cli(cfg)
+    seed = doc["rewards"]["anchored"]["seeds"]["0"]
+    gate = seed["calibration"]["gate"]
+    assert gate["status"] == "unverified"
+    assert any("accepts 100.0% of labelled invalid answers" in r for r in gate["reasons"])
+    assert seed["calibration"]["verifiers"]["oracle"]["stress"]["accept_invalid"] == 1.0
+    m = seed["iterations"]["1"]["metrics"]
+    for name in ("va_gap/impossible", "verified/impossible", "valid_rate/impossible", "fpr/policy",
+                 "fnr/policy/control", "youden_j", "ibe/policy/judge+checks", "valid_rate_drift/impossible",
+                 "fpr_drift/policy"):
+        assert m[name]["status"] == "unverified" and m[name]["value"] is None, name
+        assert "accepts 100.0% of labelled invalid answers" in m[name]["reason"], name
+    assert m["apparent/impossible"]["status"] == "ok" and m["kl/per_answer"]["status"] == "ok"
+    rows = list(csv.DictReader((root / "audit.csv").open()))
+    va = next(r for r in rows if r["seed"] == "0" and r["iteration"] == "1" and r["metric"] == "va_gap/impossible")
+    assert va["value"] == "unverified" and "accepts 100.0%" in va["reason"]
+    md = report.write_report(root).read_text()
+    assert md.index("## Oracle calibration") < md.index("`va_gap/impossible`")
+    assert "| anchored | unverified | unverified |" in md
+    assert "accepts 100.0% of labelled invalid answers" in md

@@ -69,28 +69,59 @@ def test_table_cells(tmp_path):
     assert row(md, "va_gap/impossible", "rubric") == "| rubric | 0.100 [0.100, 0.100] | 0.100 [0.100, 0.100] |"
     assert row(md, "fpr/policy", "anchored").startswith("| anchored | 0.500 [—, —] | 0.500 [0.500, 0.500] |")
     assert md.index("`va_gap/impossible`") < md.index("`fpr/policy`")
-    for name in ("va_gap_fpr.png", "discrimination.png", "ibe.png"):
+    for name in ("va_gap_fpr.png", "discrimination.png", "ibe.png", "kl_curve.png"):
         assert (tmp_path / "figures" / name).is_file()
         assert f"](figures/{name})" in md
 
 
-def test_mcnemar_against_rubric_with_bonferroni(tmp_path):
-    """Final iteration t = 1, pairs (seed, task, sample) defined in both rewards:
-    anchored vs rubric: seed 0 E1 (1,0) (1,0), E2 (1,1) [second sample undefined in rubric];
-    seed 1 E1 (1,0) (0,0), E2 (1,1) (0,0) → 7 pairs, anchored-only 3, rubric-only 0; VA-Gap on the
-    pairs 5/7 (anchored) and 2/7 (rubric);
-    p = 2 · ½³ = 0.25, Bonferroni over 2 comparisons 0.5.
-    generic vs rubric: seed 0 only, identical events → 3 pairs, no discordant pair, p = 1."""
+def test_paired_environment_bootstrap_against_rubric_with_bonferroni():
+    """Final iteration t = 1, VA-Gap events pooled per environment over the seeds both rewards ran:
+    anchored E1 [1,1 | 1,0] 3/4, E2 [1,1 | 1,0] 3/4; rubric E1 [0,0 | 0,0] 0/4, E2 [1 | 1,0] 2/3
+    (its undefined sample left out). Estimate 6/8 − 2/7 = 13/28. A replicate draws two environments
+    for both rewards at once: (E1, E1) 3/4 − 0 = 3/4, (E2, E2) 3/4 − 2/3 = 1/12, mixed 13/28; each
+    end holds a quarter of the draws, so the 95% interval is [1/12, 3/4] and no replicate is ≤ 0:
+    p = 0, Bonferroni 0. generic vs rubric (seed 0 only): identical events, every replicate 0,
+    p = 1 (capped), Bonferroni min(1, 2 · 1) = 1."""
     base, note, rows = report.comparisons(DOC)
     assert base == "rubric" and "against `rubric`" in note
     by = {r["reward"]: r for r in rows}
     a = by["anchored"]
-    assert (a["iteration"], a["n"], a["reward_only"], a["baseline_only"]) == (1, 7, 3, 0)
-    assert a["p"] == pytest.approx(0.25) and a["p_bonferroni"] == pytest.approx(0.5)
+    assert (a["iteration"], a["environments"], a["n_reward"], a["n_baseline"]) == (1, 2, 8, 7)
+    assert a["diff"] == pytest.approx(13 / 28)
+    assert (a["ci_low"], a["ci_high"]) == (pytest.approx(1 / 12), pytest.approx(0.75))
+    assert a["p"] == 0.0 and a["p_bonferroni"] == 0.0 and a["n_undefined"] == 0 and a["B"] == 2000
     g = by["generic"]
-    assert (g["n"], g["reward_only"], g["baseline_only"], g["p"], g["p_bonferroni"]) == (3, 0, 0, 1.0, 1.0)
+    assert (g["diff"], g["ci_low"], g["ci_high"], g["p"], g["p_bonferroni"]) == (0.0, 0.0, 0.0, 1.0, 1.0)
     md = report.render(DOC)
-    assert "| anchored | rubric | 1 | 7 | 0.714 | 0.286 | 3 | 0 | 0.25 | 0.5 |" in md
+    assert "| anchored | rubric | 1 | 2 | 8 / 7 | 0.464 [0.083, 0.750] | 0 of 2000 | 0.000 | 0.000 |" in md
+
+
+def test_unverified_cells_and_comparison_when_the_gate_fails():
+    """A seed whose gate failed: its oracle-dependent cells read `unverified`, never a number, the
+    calibration table comes first with the reasons, and a comparison involving it is withheld."""
+    from audit.results import gated
+
+    calib = {"verifiers": {"oracle": {"stress": None, "labelled": None, "all": {
+        "agreement": 0.5, "accept_invalid": 1.0, "reject_valid": 0.0, "n_valid": 10, "n_invalid": 10,
+        "n_accept_invalid": 10, "n_reject_valid": 0, "n_partial": 0, "n_undecided": 0, "undecided": 0.0,
+        "n_answers": 20}}},
+             "gate": {"status": "unverified", "reasons": ["the primary oracle accepts 100.0% of labelled "
+                                                          "invalid answers (10/10; > 20.0%)"], "warnings": []}}
+    seed = {"experiment": "exp", "calibration": calib, "iterations": {"1": {
+        "checkpoint": "x", "counts": {}, "exploit": {"impossible": {"E1": [1, 1]}, "control": {}},
+        "metrics": {"va_gap/impossible": gated("va_gap/impossible", metric(0.5, 0.1, 0.9), calib),
+                    "apparent/impossible": gated("apparent/impossible", metric(0.7, 0.1, 0.9), calib)}}}}
+    entry = {"seeds": {"0": seed}}
+    entry["across_seeds"] = across_seeds(entry["seeds"])
+    doc = {**DOC, "rewards": {"rubric": DOC["rewards"]["rubric"], "anchored": entry}}
+    md = report.render(doc)
+    assert md.index("## Oracle calibration") < md.index("`va_gap/impossible`")
+    assert row(md, "va_gap/impossible", "anchored") == "| anchored |  | unverified |"
+    assert row(md, "apparent/impossible", "anchored") == "| anchored |  | 0.700 [0.100, 0.900]* |"
+    assert "accepts 100.0% of labelled invalid answers (10/10; > 20.0%)" in md
+    assert "| anchored | 0 | oracle | all | 0.500 | 1.000 (10/10) | 0.000 (0/10) |" in md
+    [cmp] = report.comparisons(doc)[2]
+    assert cmp["status"] == "unverified" and "seed 0" in cmp["reason"]
 
 
 def test_without_rubric_compares_to_first_reward_and_says_so():
