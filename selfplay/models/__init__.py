@@ -66,7 +66,11 @@ def load_backend(
     if backend == "vllm":
         from selfplay.models.vllm_backend import VLLMBackend
 
+        kwargs.pop("hf_batch_size", None)
         return VLLMBackend.from_config(cfg, lora=lora, **kwargs)
     from selfplay.models.hf import HFBackend
 
+    hf_batch = kwargs.pop("hf_batch_size", None)  # a setting of the hf backend only; vLLM batches itself
+    if hf_batch is not None:
+        kwargs["batch_size"] = hf_batch
     return HFBackend.from_config(cfg, lora=lora, device=device, **kwargs)
