@@ -1,16 +1,19 @@
 """One LoRA-DPO step per iteration: TRL's `DPOTrainer` on the policy's own PeftModel, continuing its adapter.
 
 The objective is TRL's (sigmoid DPO loss, β from the config); nothing here overrides it. What this
-module decides is the data, the length limit and the reference policy, with no second model copy:
+module decides is the data, the length limit and the reference policy, with no second model copy.
 
-- reference="previous" (π_{t-1}): TRL, handed a PeftModel that already has an adapter, adds a frozen
-  copy of it named "ref"; with `precompute_ref_log_probs=True` it computes the reference log-probs with
-  that copy, i.e. with π_{t-1}'s adapter on, once, before the first optimizer step.
-- reference="initial" (π_0): right after the trainer is built we delete TRL's "ref" copy, so TRL's
-  PEFT path computes the reference with all adapters disabled (`use_adapter(model, None)`), which is
-  π_0 because one adapter carries on across iterations and the base weights never change.
-In both cases the "ref" adapter is gone before training, so the optimizer and `save_adapter` only see
-the one adapter.
+Reference log-probs are computed here, on the very token ids TRL trains on, just before the step,
+and handed to TRL through its precomputed-reference columns (`ref_chosen_logps`,
+`ref_rejected_logps`, read when `precompute_ref_log_probs=True`):
+- reference="previous" (π_{t-1}): with the adapter on, i.e. the policy as it stands before the step.
+- reference="initial" (π_0): with the adapter disabled, which is π_0 because one adapter carries on
+  across iterations and the base weights never change.
+So neither depends on how TRL builds its own reference for a PeftModel. (This TRL release, handed a
+PeftModel that already has an adapter, adds a frozen copy named "ref" and precomputes its own
+columns with it; the copy is deleted and the columns replaced before training, so the optimizer and
+`save_adapter` only see the one adapter. tests/test_train_dpo.py fails if TRL stops reading the
+columns.)
 
 Lengths: prompts are the backend's rendered strings. TRL tokenizes a plain-text prompt with the
 tokenizer's special tokens, while the backend does not (its template already holds them); a leading
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +93,36 @@ def plan_lengths(tokenizer, rows: Sequence[dict[str, str]], max_seq_len: int) ->
     )
 
 
+REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")  # TRL's precomputed-reference columns
+
+
+@torch.no_grad()
+def completion_logp(model, prompt_ids: Sequence[int], completion_ids: Sequence[int], max_length: int) -> float:
+    """Sum of log p(completion token | everything before it), over the completion tokens that
+    survive TRL's truncation of prompt + completion to `max_length` (its default "keep_start")."""
+    seq = (list(prompt_ids) + list(completion_ids))[:max_length]
+    k = len(seq) - len(prompt_ids)  # completion tokens kept; TRL drops rows where none are
+    device = next(model.parameters()).device
+    # the last k + 1 positions' logits predict the k completion tokens (the very last predicts nothing)
+    logits = model(input_ids=torch.tensor([seq], device=device), logits_to_keep=k + 1, use_cache=False).logits[0, :-1]
+    targets = torch.tensor(seq[-k:], device=device)
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None]).sum().item()
+
+
+def reference_logps(model, rows, max_length: int, *, adapter: bool) -> tuple[list[float], list[float]]:
+    """Reference log-probs of chosen and rejected for each tokenized row (`prompt_ids`, `chosen_ids`,
+    `rejected_ids`): the policy with its adapter on (π_{t-1}) or disabled (π_0), in eval mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        with nullcontext() if adapter else model.disable_adapter():
+            chosen = [completion_logp(model, r["prompt_ids"], r["chosen_ids"], max_length) for r in rows]
+            rejected = [completion_logp(model, r["prompt_ids"], r["rejected_ids"], max_length) for r in rows]
+    finally:
+        model.train(was_training)
+    return chosen, rejected
+
+
 def _mean(history: list[dict], key: str) -> float | None:
     values = [h[key] for h in history if key in h]
     return float(sum(values) / len(values)) if values else None
@@ -120,7 +154,7 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
         per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.grad_accum,
         max_length=plan.max_length,
-        precompute_ref_log_probs=settings.reference == "previous",
+        precompute_ref_log_probs=True,  # TRL then reads the reference from the dataset's columns
         gradient_checkpointing=settings.gradient_checkpointing,
         bf16=dtype == torch.bfloat16,
         fp16=False,
@@ -133,9 +167,15 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
     )
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     if "ref" in model.peft_config:
-        # previous: its log-probs are already precomputed; initial: without it TRL disables the adapter
         model.delete_adapter("ref")
     model.set_adapter("default")
+    data = trainer.train_dataset  # TRL's tokenized rows (EOS added, long prompts dropped)
+    chosen, rejected = reference_logps(model, data, plan.max_length, adapter=settings.reference == "previous")
+    trainer.train_dataset = (
+        data.remove_columns([c for c in REF_COLUMNS if c in data.column_names])
+        .add_column(REF_COLUMNS[0], chosen)
+        .add_column(REF_COLUMNS[1], rejected)
+    )
     try:
         result = trainer.train()
         history = trainer.state.log_history

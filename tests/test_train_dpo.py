@@ -1,7 +1,10 @@
 """The DPO step (selfplay/dpo.py): token-length plan, BOS handling, and which policy is the reference."""
 
+import numpy as np
 import pytest
+import torch
 
+from selfplay import dpo
 from selfplay.dpo import DPOSettings, dataset_rows, dpo_step, plan_lengths, trl_prompt
 from selfplay.pairs import Pair
 
@@ -40,12 +43,29 @@ def test_length_plan(cap, expected):
     assert (plan.max_length, plan.longest, plan.truncated, plan.dropped_long_prompts) == expected
 
 
-@pytest.fixture(scope="module")
-def tiny():
+def load_tiny():
     from selfplay.models import load_backend
 
     return load_backend("tiny-llama", backend="hf", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
                         progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_tiny()
+
+
+@pytest.fixture
+def moved():
+    """A fresh tiny policy whose adapter has moved away from π_0 (B matrices set to seeded noise),
+    so adapter on and off give different log-probs."""
+    b = load_tiny()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in b.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return b
 
 
 def settings(reference: str) -> DPOSettings:
@@ -53,29 +73,109 @@ def settings(reference: str) -> DPOSettings:
                        reference=reference, seed=0, progress=False)
 
 
+def make_pairs(backend) -> list[Pair]:
+    prompt = backend.render([{"role": "user", "content": "Is 7 prime?"}])
+    other = backend.render([{"role": "user", "content": "Is 9 prime? Answer in a word."}])
+    return [Pair("a", prompt, "Yes, 7 is prime.", "No.", 0, 1, 0.9, 0.1),
+            Pair("b", other, "No, 9 is 3 times 3.", "Yes.", 0, 1, 0.8, 0.2)]
+
+
+def policy_logps(backend, pairs, adapter: bool) -> tuple[np.ndarray, np.ndarray]:
+    """log π(answer + EOS | prompt) from the backend itself, chosen and rejected (TRL appends EOS)."""
+    eos = backend.tokenizer.eos_token
+    prompts = [p.prompt for p in pairs]
+    return (backend.sequence_logprobs(prompts, [p.chosen + eos for p in pairs], adapter=adapter),
+            backend.sequence_logprobs(prompts, [p.rejected + eos for p in pairs], adapter=adapter))
+
+
+def spy_reference(monkeypatch, shift: float = 0.0) -> list:
+    """Record what dpo_step hands TRL as reference log-probs (optionally shifted by `shift` nats)."""
+    seen = []
+    real = dpo.reference_logps
+
+    def spy(model, rows, max_length, *, adapter):
+        chosen, rejected = real(model, rows, max_length, adapter=adapter)
+        seen.append((adapter, np.array(chosen), np.array(rejected)))
+        return [c + shift for c in chosen], rejected
+
+    monkeypatch.setattr(dpo, "reference_logps", spy)
+    return seen
+
+
+def test_reference_is_the_policy_just_before_the_step(moved, tmp_path, monkeypatch):
+    """reference=previous: the log-probs handed to TRL equal the adapter-on log-probs of the policy
+    just before the step (computed by the backend, independently); reference=initial: the adapter-off
+    ones. Adapter on and off differ by far more than the tolerance, so the check can fail."""
+    pairs = make_pairs(moved)
+    on, off = policy_logps(moved, pairs, adapter=True), policy_logps(moved, pairs, adapter=False)
+    assert np.max(np.abs(on[0] - off[0])) > 1e-2
+    seen = spy_reference(monkeypatch)
+
+    dpo_step(moved.model, moved.tokenizer, pairs, settings("previous"), tmp_path / "a")
+    (adapter, chosen, rejected), = seen
+    assert adapter is True
+    np.testing.assert_allclose(chosen, on[0], atol=1e-5)
+    np.testing.assert_allclose(rejected, on[1], atol=1e-5)
+
+    after = policy_logps(moved, pairs, adapter=True)  # the step moved the policy
+    assert np.max(np.abs(after[0] - on[0])) > 1e-3
+    dpo_step(moved.model, moved.tokenizer, pairs, settings("previous"), tmp_path / "b")
+    np.testing.assert_allclose(seen[1][1], after[0], atol=1e-5)
+
+    dpo_step(moved.model, moved.tokenizer, pairs, settings("initial"), tmp_path / "c")
+    assert seen[2][0] is False
+    np.testing.assert_allclose(seen[2][1], off[0], atol=1e-5)  # π_0 never moves
+    np.testing.assert_allclose(seen[2][2], off[1], atol=1e-5)
+
+
+def test_trl_trains_against_the_handed_reference(moved, tmp_path, monkeypatch):
+    """Hand TRL a chosen reference 1 nat below the policy's own: its first-step implicit reward
+    β·(log π − log π_ref) is then β·1 = 0.1 for chosen and 0 for rejected (the policy is still the
+    previous one when TRL logs the first step). Fails if TRL stops reading the columns."""
+    spy_reference(monkeypatch, shift=-1.0)
+    m = dpo_step(moved.model, moved.tokenizer, make_pairs(moved), settings("previous"), tmp_path)
+    assert m["train/steps"] == 1
+    assert m[key("rewards/chosen")] == pytest.approx(0.1, abs=1e-5)
+    assert m[key("rewards/rejected")] == pytest.approx(0.0, abs=1e-5)
+
+
+def key(trl_key: str) -> str:
+    """Our metrics name for one of TRL's log keys."""
+    return f"train/{getattr(dpo, 'TRL_LOG_KEYS', {}).get(trl_key, trl_key)}"
+
+
 def test_reference_previous_vs_initial(tiny, tmp_path):
     """First step's implicit rewards β·(log π − log π_ref): 0 when the reference is the policy itself
     (previous), nonzero for `initial` once the adapter has moved away from π_0; TRL's temporary "ref"
     adapter never survives the step."""
-    prompt = tiny.render([{"role": "user", "content": "Is 7 prime?"}])
-    pairs = [Pair("a", prompt, "Yes, 7 is prime.", "No.", 0, 1, 0.9, 0.1),
-             Pair("b", prompt, "It is prime.", "It is even.", 0, 1, 0.8, 0.2)]
-    assert dataset_rows(tiny.tokenizer, pairs)[0]["prompt"] == prompt  # SmolLM2 tokenizer adds no BOS
+    pairs = make_pairs(tiny)
+    assert dataset_rows(tiny.tokenizer, pairs)[0]["prompt"] == pairs[0].prompt  # SmolLM2 tokenizer adds no BOS
 
     first = dpo_step(tiny.model, tiny.tokenizer, pairs, settings("previous"), tmp_path / "a")
-    assert first["train/steps"] == 1 and first["train/rewards/margins"] == 0.0
+    assert first["train/steps"] == 1 and first[key("rewards/margins")] == pytest.approx(0.0, abs=1e-6)
     assert list(tiny.model.peft_config) == ["default"]
 
     second = dpo_step(tiny.model, tiny.tokenizer, pairs, settings("initial"), tmp_path / "b")
-    assert abs(second["train/rewards/margins"]) > 1e-4
+    assert abs(second[key("rewards/margins")]) > 1e-4
     assert list(tiny.model.peft_config) == ["default"]
     trainable = [n for n, p in tiny.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n and ".default." in n for n in trainable)
 
     third = dpo_step(tiny.model, tiny.tokenizer, pairs, settings("previous"), tmp_path / "c")
-    assert third["train/rewards/margins"] == 0.0
+    assert third[key("rewards/margins")] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_no_pairs_is_no_step(tiny, tmp_path):
     m = dpo_step(tiny.model, tiny.tokenizer, [], settings("previous"), tmp_path)
     assert m["train/steps"] == 0 and m["train/pairs"] == 0
+
+
+def test_hf_sample_honours_adapter(moved):
+    """adapter=False samples π_0: the same texts as inside adapter_disabled(), for the same seed, and
+    not those of the moved adapter."""
+    prompt = [moved.render([{"role": "user", "content": "Say something."}])]
+    kw = dict(n=3, temperature=1.0, max_new_tokens=8, seed=4)
+    off = moved.sample(prompt, adapter=False, **kw)
+    with moved.adapter_disabled():
+        assert moved.sample(prompt, **kw) == off
+    assert moved.sample(prompt, **kw) != off
