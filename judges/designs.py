@@ -70,7 +70,7 @@ class Design:
     pairwise: bool
     stage1: str | None = None  # key of prompts.STAGE1
     opponent: str | None = None  # pairwise: "reference" or "artifact"
-    fixed_criteria: str | None = None  # pointwise criteria used for every task (generic)
+    fixed_criteria: Mapping[str, str] | None = None  # instruction -> criteria used for every task (generic)
     reads_certificate: bool = False  # criteria = JudgeItem.certificate (the `certificate` control only)
 
 
@@ -146,7 +146,7 @@ class TemplateJudge:
                 )
             criteria = item.certificate
         else:
-            criteria = d.fixed_criteria if d.fixed_criteria is not None else artifact
+            criteria = d.fixed_criteria[instruction] if d.fixed_criteria is not None else artifact
         return [self._render(P.pointwise_user(item.public, d.name, criteria, item.answer))]
 
     def _logprobs(self, prompts: list[str]):

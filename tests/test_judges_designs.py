@@ -410,13 +410,17 @@ def test_honesty_aware_variant_keeps_the_hints():
         assert any("plainly when the requested conclusion cannot be drawn" in p for p in _all_prompts(name, "honesty_aware"))
     assert any("says plainly what cannot be concluded" in p for p in _all_prompts("anchored", "honesty_aware"))
     assert any("say so and explain why" in p for p in _all_prompts("blind_solve", "honesty_aware"))
+    assert any("the reason the conclusion cannot be drawn" in p for p in _all_prompts("commit_first", "honesty_aware"))
 
 
-def test_generic_is_the_decisive_rubric_in_both_regimes():
+def test_generic_is_the_decisive_rubric():
+    """Neutral: exactly "be decisive, penalise hedging"; the opt-in keeps the earlier rubric."""
     for instruction in P.INSTRUCTIONS:
         prompts = _all_prompts("generic", instruction)
-        assert len(prompts) == 2 and all(P.GENERIC_RUBRIC.lower() in p for p in prompts)
-    assert "decisive" in P.GENERIC_RUBRIC and "not hedge" in P.GENERIC_RUBRIC
+        assert len(prompts) == 2 and all(P.GENERIC_RUBRIC[instruction].lower() in p for p in prompts)
+    neutral = P.GENERIC_RUBRIC["neutral"]
+    assert "decisive" in neutral and "not hedge" in neutral and "refuse" not in neutral
+    assert "refuse" in P.GENERIC_RUBRIC["honesty_aware"]
 
 
 def test_unknown_instruction_is_refused():
