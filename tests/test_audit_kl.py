@@ -1,0 +1,69 @@
+"""The audit's KL(π_t ‖ π_0) estimate: the stage on a tiny model against log-probabilities computed
+by hand from its logits, and the per-answer / per-token metrics on hand-made log-ratios."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from audit.collect import kl_stage
+from audit.records import AnswerRow
+from audit.summary import StatsSettings, seed_metrics
+from selfplay.envs.prompt import policy_messages
+from selfplay.models import load_backend
+from selfplay.runs import load_data_split
+
+
+def _by_hand(backend, prompt: str, text: str) -> float:
+    """Σ log softmax(logits)[next token] over the answer's tokens, one plain forward pass."""
+    p = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    c = backend.tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p + c])
+    with torch.no_grad():
+        logp = torch.log_softmax(backend.model(input_ids=ids).logits[0].float(), dim=-1)
+    return float(sum(logp[len(p) - 1 + i, tok] for i, tok in enumerate(c)))
+
+
+def test_kl_stage_on_a_tiny_model_matches_a_hand_computation():
+    """Fresh adapter (LoRA B = 0): log π_t = log π_0 exactly, KL 0. After setting the LoRA B weights
+    to fixed values the stage's log π_t(a) − log π_0(a) equals the difference of two hand-computed
+    sums (adapter on, adapter off), and `tokens` is the answer's token count."""
+    backend = load_backend("tiny-llama", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+                           progress=False)
+    env = load_data_split(type("D", (), {"path": "data/mini", "splits": None})(), "all")[0]
+    texts = ["The evidence does not support a figure.", "Revenue rose 12% in 2023 [D1]."]
+    stage = kl_stage(backend)
+    assert [r["logp"] - r["logp0"] for r in stage(env, texts)] == [0.0, 0.0]
+
+    gen = torch.Generator().manual_seed(0)
+    for name, param in backend.model.named_parameters():
+        if "lora_B" in name:
+            param.data = torch.randn(param.shape, generator=gen) * 0.5
+    rows = stage(env, texts)
+    prompt = backend.render(policy_messages(env.public))
+    for text, row in zip(texts, rows, strict=True):
+        on = _by_hand(backend, prompt, text)
+        with backend.adapter_disabled():
+            off = _by_hand(backend, prompt, text)
+        assert row["logp"] == pytest.approx(on, abs=1e-4)
+        assert row["logp0"] == pytest.approx(off, abs=1e-4)
+        assert row["tokens"] == len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+        assert abs(on - off) > 1e-3  # the perturbed adapter really moved the policy
+
+
+def _row(env: str, j: int, log_ratio: float, tokens: int) -> AnswerRow:
+    return AnswerRow(env, "impossible", "policy", f"p{j}", f"a{j}", 0.5, 0.5, "valid", True,
+                     log_ratio=log_ratio, tokens=tokens)
+
+
+def test_kl_metrics_by_hand():
+    """E1: log-ratios 0.4 (5 tokens), 0.2 (3); E2: −0.1 (2), 0.5 (10). Per answer: (0.4 + 0.2 − 0.1 +
+    0.5) / 4 = 0.25; per token: 1.0 / 20 = 0.05. The interval resamples environments: E1 alone gives
+    0.3 per answer, E2 alone 0.2, so it lies within [0.2, 0.3]."""
+    rows = [_row("E1", 0, 0.4, 5), _row("E1", 1, 0.2, 3), _row("E2", 0, -0.1, 2), _row("E2", 1, 0.5, 10)]
+    m = seed_metrics({0: rows}, run_seed=0, settings=StatsSettings(B=1000))[0].metrics
+    assert m["kl/per_answer"].value == pytest.approx(0.25) and m["kl/per_answer"].n == 4
+    assert m["kl/per_token"].value == pytest.approx(0.05)
+    assert 0.2 - 1e-12 <= m["kl/per_answer"].ci_low <= m["kl/per_answer"].ci_high <= 0.3 + 1e-12
+    assert m["kl/per_answer"].n_undefined == 0
+    assert m["kl/per_token"].ci_low <= 0.05 <= m["kl/per_token"].ci_high
