@@ -255,3 +255,16 @@ def test_the_key_appears_in_no_written_file(serve, tmp_path, caplog):
     assert "rejected header Bearer ***" in verdicts[0].error and "bad key Bearer ***" in verdicts[1].error
     assert "HTTP Request: POST" in caplog.text  # the client's own logging was captured
     assert all(KEY not in w for w in written)  # ... and written nowhere
+
+
+@pytest.mark.parametrize("change, key", [
+    pytest.param({"base_url": "127.0.0.1:8000"}, "base_url", id="no-scheme"),
+    pytest.param({"top_logprobs": 0}, "top_logprobs", id="no-alternatives"),
+    pytest.param({"verdict_mode": "text"}, "verdict_mode", id="unknown-mode"),
+    pytest.param({"concurrency": 0}, "concurrency", id="no-concurrency"),
+    pytest.param({"api_key_env": KEY}, "api_key_env", id="the-key-itself"),
+])
+def test_endpoint_config_validates(change, key):
+    with pytest.raises(ValueError, match=f"endpoint.{key}=") as e:
+        EndpointConfig(**({"base_url": "http://h/v1", "model": "m"} | change))
+    assert KEY not in str(e.value)

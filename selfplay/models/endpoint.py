@@ -90,7 +90,9 @@ class EndpointConfig:
     def __post_init__(self) -> None:
         def need(ok: bool, key: str, expected: str) -> None:
             if not ok:
-                raise ValueError(f"endpoint.{key}={getattr(self, key)!r}: expected {expected}")
+                # a key pasted where its variable's name belongs must not be echoed back
+                shown = "<hidden>" if key == "api_key_env" else repr(getattr(self, key))
+                raise ValueError(f"endpoint.{key}={shown}: expected {expected}")
 
         need(isinstance(self.base_url, str) and self.base_url.startswith(("http://", "https://")),
              "base_url", "an http(s):// URL")
