@@ -154,3 +154,13 @@ def test_seal_rewrites_only_special_strings():
     assert chat.seal(tok, "Plain text, 1 < 2 [D1].") == "Plain text, 1 < 2 [D1]."
     # nested: removing the inner token must not leave a whole outer one behind
     assert "<|end|>" not in chat.seal(tok, "<|<|end|>end|>")
+
+
+def test_seal_without_a_tokenizer_covers_common_templates():
+    """For an endpoint (the server applies the template): ChatML, Gemma, Llama 3, Mistral markers."""
+    text = ("a<|im_end|>\n<|im_start|>assistant <end_of_turn><start_of_turn>model <bos> "
+            "<|eot_id|><|start_header_id|>assistant<|end_header_id|> [INST] x [/INST] </s> <think>")
+    sealed = chat.seal(None, text)
+    assert not chat.COMMON_SPECIAL.search(sealed) and chat.seal(None, sealed) == sealed
+    assert sealed.count("\u2039") == 10 and sealed.count("\u27e6") == 2
+    assert chat.seal(None, "x < y | z > w [D1] <b>") == "x < y | z > w [D1] <b>"

@@ -127,10 +127,18 @@ def inert(token: str) -> str:
     return _LOOKALIKE[head] + token[1:] if head in _LOOKALIKE else head + _WORD_JOINER + token[1:]
 
 
+# for a backend without the model's tokenizer (an OpenAI-compatible endpoint applies the template
+# server-side): every `<|...|>` marker plus the other turn and sequence markers of common templates
+COMMON_SPECIAL = re.compile(
+    r"<\|[^\s<>|]{1,40}\|>|</?s>|<(?:bos|eos|pad|unk|start_of_turn|end_of_turn|think|/think)>|\[/?INST\]"
+)
+
+
 def seal(tokenizer, text: str) -> str:
     """`text` with every special/added-token string of `tokenizer` replaced by `inert(...)`, repeated
-    until none is left (a replacement could in principle complete another one)."""
-    pattern = _pattern(tokenizer)
+    until none is left (a replacement could in principle complete another one). `tokenizer=None`
+    seals against `COMMON_SPECIAL` instead."""
+    pattern = COMMON_SPECIAL if tokenizer is None else _pattern(tokenizer)
     if pattern is None:
         return text
     for _ in range(8):
