@@ -223,7 +223,8 @@ def build_rows(envs: Sequence[Environment], answers: Mapping[str, list[str]],
                 score=js[1 + i]["score"], ref_score=ref_score, label=s.validity,
                 checks_accept=bool(accept(CHECKS, i)) if CHECKS in verdicts else not run_checks(env.public, s.text).violates,
                 oracle2_accept=accept(ORACLE2, i), is_reference=s.answer_id == env.reference.answer_id,
-                oracle_accept=accept(ORACLE, i), parts=_parts(verdicts[ORACLE][tid][i]),
+                oracle_accept=accept(ORACLE, i),
+                parts=_parts(verdicts[ORACLE][tid][i]) if ORACLE in verdicts else (),
             ))
     return rows
 

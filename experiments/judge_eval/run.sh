@@ -10,6 +10,6 @@ for data in "data=release data.path=../shared/impossible_rubrics" "data=mini"; d
   for reward in anchored generic commit_first rubric blind_solve; do
     extra=""
     case $reward in commit_first|rubric|blind_solve) extra="reward.max_new_tokens=96" ;; esac
-    python -m judges.eval +policy=smollm2-135m reward=$reward $data $extra merge_into=$OUT
+    python -m audit.judge_eval +policy=smollm2-135m reward=$reward $data $extra merge_into=$OUT
   done
 done

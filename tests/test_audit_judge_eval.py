@@ -1,4 +1,4 @@
-"""judges.eval: the summary on hand-made rows, and the Hydra entry point end to end on a tiny model."""
+"""audit.judge_eval: the summary on hand-made rows, and the Hydra entry point end to end on a tiny model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from judges.eval import summarise
+from audit.judge_eval import summarise
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,9 +61,9 @@ def test_pointwise_has_no_swap_consistency():
 
 def test_entry_point_on_tiny_model(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "judges.eval", "+policy=tiny-llama", "reward=blind_solve", "data=mini",
+    cmd = [sys.executable, "-m", "audit.judge_eval", "+policy=tiny-llama", "reward=blind_solve", "data=mini",
            "max_envs=2", "reward.max_new_tokens=4", "reward.min_verdict_mass=0", f"out_dir={out}",
-           f"oracle_cache={tmp_path / 'oracle.jsonl'}", f"merge_into={tmp_path / 'all.json'}"]
+           f"cache_dir={tmp_path / 'cache'}", f"merge_into={tmp_path / 'all.json'}"]
     subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, timeout=300)
     summary = json.loads((out / "summary.json").read_text())
     for key in ("fpr", "fnr", "auroc", "length_auroc", "hedge_auroc", "length_matched_auroc",
@@ -73,4 +73,12 @@ def test_entry_point_on_tiny_model(tmp_path):
     assert len({r["task_id"] for r in rows}) == 2 and all(len(r["order_scores"]) == 2 for r in rows)
     assert set(json.loads((out / "artifacts.json").read_text())) == {r["task_id"] for r in rows}
     assert list(json.loads((tmp_path / "all.json").read_text())) == ["mini/blind_solve"]
-    assert len((tmp_path / "oracle.jsonl").read_text().splitlines()) == len(rows)
+    [oracle] = (tmp_path / "cache").glob("oracle-*.jsonl")
+    assert len(oracle.read_text().splitlines()) == len(rows)
+    [judged] = (tmp_path / "cache").glob("judge-*.jsonl")
+    assert len(judged.read_text().splitlines()) == len(rows)  # r(e) is one of the stress answers: one key
+    # a rerun reads every verdict from the cache and writes the same summary
+    first = (out / "summary.json").read_bytes()
+    subprocess.run(cmd + ["resume=false"], cwd=REPO, check=True, capture_output=True, timeout=300)
+    assert (out / "summary.json").read_bytes() == first
+    assert len(oracle.read_text().splitlines()) == len(rows)
