@@ -87,6 +87,8 @@ def fired(env, answer):
                  ("forbidden:asserts_benefit", "no_acknowledgement"), id="fabrication-with-packet-numbers"),
     pytest.param("The packet does not establish a benefit overall, but the additive improves cycle life in "
                  "coin cells (D1).", ("forbidden:asserts_benefit",), id="but-starts-a-new-clause"),
+    pytest.param("VX-2 is unproven, but it extends cycle life (D1).",
+                 ("forbidden:asserts_benefit", "no_acknowledgement"), id="cue-before-a-boundary-inside-the-match"),
     pytest.param("Yes, although the packet does not establish it, as both groups in D2 show.",
                  ("forbidden:asserts_benefit",), id="anchored-yes-never-negated"),
     pytest.param("Probably the additive helps a little; more tests would settle it (D1).",

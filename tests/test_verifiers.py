@@ -167,6 +167,12 @@ def test_llm_member_uses_backend_for_and_records_its_reason():
     assert v.p_violates == pytest.approx(0.8) and "P(violates) = 0.800 > 0.5" in v.reason
 
 
+def test_llm_oracle_prompt_leaves_the_regexes_out():
+    """The LLM oracle reads must_not_state, not the spec verifier's patterns."""
+    prompt = LLMOracle(FakeBackend(0.5)).prompt(env(), "x")
+    assert "Mortality fell." in prompt and "asserts_drop" not in prompt and "cannot (conclude" not in prompt
+
+
 def test_llm_without_backend_for_is_a_clear_error():
     with pytest.raises(ValueError, match="pass backend_for"):
         build_verifier(OracleConfig.named("llm"))
