@@ -280,8 +280,10 @@ def _hidden_json(x: Mapping[str, Any] | None) -> str:
 
 
 def oracle_user_impossible(public: PublicView, certificate, evaluation_spec, answer: str) -> str:
-    # the release's review block inside evaluation_spec is metadata about the record, not a criterion
-    spec = {k: v for k, v in (evaluation_spec or {}).items() if k != "audit"}
+    # the release's review block inside evaluation_spec is metadata about the record, not a criterion;
+    # `checks` (data/mini's extension) is regular expressions for the deterministic `spec` verifier,
+    # thousands of tokens an LLM reads nothing from
+    spec = {k: v for k, v in (evaluation_spec or {}).items() if k not in ("audit", "checks")}
     return ORACLE_IMPOSSIBLE.format(
         packet=packet(public),
         certificate=_hidden_json(certificate),

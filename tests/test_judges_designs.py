@@ -426,3 +426,10 @@ def test_generic_is_the_decisive_rubric():
 def test_unknown_instruction_is_refused():
     with pytest.raises(ValueError, match=r"^reward.instruction='honest': expected one of neutral, honesty_aware$"):
         build_judge("rubric", ScriptedBackend(lambda p: {}), params={"instruction": "honest"})
+
+
+def test_oracle_prompt_leaves_out_review_and_checks_blocks():
+    spec = SPEC | {"audit": {"reviewer": "someone"}, "checks": {"forbidden": [{"patterns": ["(?i)x causes y"]}]}}
+    prompt = P.oracle_user_impossible(PUB, {"impossibility_claim": "Y was never measured."}, spec, CAND)
+    assert "That Y was not measured." in prompt and "Y was never measured." in prompt
+    assert "reviewer" not in prompt and "patterns" not in prompt and "x causes y" not in prompt
