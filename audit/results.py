@@ -31,7 +31,7 @@ seed's gate fails; its mean over seeds is unverified when any seed's is. `n_unde
 bootstrap replicates whose statistic was undefined.
 
 `audit.csv` has one row per reward × seed × iteration × metric (`value, ci_low, ci_high, n`, the
-interval being the environment bootstrap; `value` is `unverified` and `reason` says why for a
+interval being the environment bootstrap, `n_undefined` its undefined replicates; `value` is `unverified` and `reason` says why for a
 metric the gate withholds), plus rows with seed `all` for the mean over seeds (the interval then is
 the t interval over seeds, `n` the number of seeds).
 """
@@ -51,7 +51,7 @@ from .calibration import UNVERIFIED, oracle_dependent
 from .summary import IterationAudit, seed_summary
 
 VERSION = 1
-CSV_FIELDS = ("reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "reason")
+CSV_FIELDS = ("reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "n_undefined", "reason")
 OK = "ok"
 
 
@@ -141,12 +141,12 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 for name, m in sorted(it["metrics"].items()):
                     rows.append({"reward": reward, "seed": seed, "iteration": int(t), "metric": name,
                                  "value": _csv_value(m, "value"), "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                                 "n": m["n"], "reason": m.get("reason")})
+                                 "n": m["n"], "n_undefined": m.get("n_undefined"), "reason": m.get("reason")})
         for t, ms in sorted(entry["across_seeds"].items(), key=lambda kv: int(kv[0])):
             for name, m in sorted(ms.items()):
                 rows.append({"reward": reward, "seed": "all", "iteration": int(t), "metric": name,
                              "value": _csv_value(m, "mean"), "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                             "n": m["n_seeds"], "reason": m.get("reason")})
+                             "n": m["n_seeds"], "n_undefined": None, "reason": m.get("reason")})
     return rows
 
 
