@@ -112,7 +112,7 @@ def test_every_metric_per_seed_and_iteration(audited):
 def test_csv_has_one_row_per_seed_iteration_metric(audited):
     root, raw, _ = audited
     rows = list(csv.DictReader((root / "audit.csv").open()))
-    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "reason"}
+    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "n_undefined", "reason"}
     keys = [(r["reward"], r["seed"], r["iteration"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))
     assert {k for k in keys if k[1] == "0"} == {("anchored", "0", t, m) for t in "01" for m in METRICS}
