@@ -174,7 +174,7 @@ def _files(root: Path) -> set[Path]:
 
 
 @pytest.mark.parametrize("damage, message", [
-    pytest.param(lambda it: (it / "config.yaml").write_text("policy: [unclosed\n"), "config.yaml is 17 bytes", id="bad-yaml"),
+    pytest.param(lambda it: (it / "config.yaml").write_text("policy: [unclosed\n"), "config.yaml is 18 bytes", id="bad-yaml"),
     pytest.param(lambda it: (it / "config.yaml").unlink(), "config.yaml is missing", id="no-config"),
     pytest.param(lambda it: shutil.rmtree(it / "adapter"), "adapter_config.json is missing", id="no-adapter"),
     pytest.param(lambda it: (it / "config.yaml").write_text("policy: {name: x}\nreward: {name: nope}\n"),
