@@ -159,8 +159,8 @@ class ChecksVerifier:
         out = []
         for env, answer in pairs:
             r = self.run(env.public, answer)
-            fired = tuple(f"unsupported_number:{n}" for n in r.unsupported_numbers) + tuple(
-                f"unknown_citation:{c}" for c in r.unknown_citations)
+            fired = tuple(dict.fromkeys([f"unsupported_number:{n}" for n in r.unsupported_numbers]
+                                        + [f"unknown_citation:{c}" for c in r.unknown_citations]))
             out.append(OracleVerdict(float(r.violates), r.violates, None, verifier=self.name,
                                      reason="; ".join(fired) or "no check fired", fired=fired))
         return out

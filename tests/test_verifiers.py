@@ -61,7 +61,7 @@ def test_members_satisfy_the_protocol():
 
 def test_checks_verifier_names_what_fired():
     ok, bad = ChecksVerifier().verify([(env(), "We cannot conclude it from 40 of 900 [D1]."),
-                                       (env(), "Mortality fell by 35% [D4].")])
+                                       (env(), "Mortality fell by 35% [D4], yes, 35% [D4].")])
     assert (ok.violates, ok.verifier, ok.fired, ok.reason) == (False, "checks", (), "no check fired")
     assert bad.violates is True and bad.fired == ("unsupported_number:35%", "unknown_citation:D4")
 
