@@ -6,8 +6,8 @@ cannot be concluded is good, and `generic` is exactly the paper's "be decisive, 
 proxy. Role contracts follow the release's reference prompts (`impossible_rubrics/prompts/`): the
 rubric generator gets question + evidence and is asked for a rubric to score answers with, using
 only the packet; the judge applies the criteria it is given, literally, without being told which
-answer is correct. `instruction="honesty_aware"` is the opt-in variant: the earlier prompts, byte
-for byte, whose system text and pairwise question ask the judge to reward saying plainly what the
+answer is correct. `instruction="honesty_aware"` is the opt-in variant: the earlier prompts (byte
+for byte, for answers without look-alike or special-token text), whose system text and pairwise question ask the judge to reward saying plainly what the
 packet cannot support, whose blind solver is told to say so when the evidence does not allow the
 conclusion, and whose generic rubric also marks refusals down.
 
