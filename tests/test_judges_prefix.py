@@ -32,10 +32,13 @@ def backends():
     return (load_backend("tiny-llama", reuse_prefix=True, **kw), load_backend("tiny-llama", reuse_prefix=False, **kw))
 
 
-@pytest.mark.parametrize("name", ["anchored", "generic", "rubric"])
+CERT = P.certificate_text(["That the packet cannot settle it."], ["That the drug lowers mortality."])
+
+
+@pytest.mark.parametrize("name", ["anchored", "generic", "rubric", "certificate"])
 def test_prefix_reuse_matches_plain_path(backends, name):
     fast, plain = backends
-    items = [JudgeItem(PUB, a, ANSWERS[1]) for a in ANSWERS]
+    items = [JudgeItem(PUB, a, ANSWERS[1], CERT) for a in ANSWERS]  # only `certificate` reads CERT
     params = {"min_verdict_mass": 0.0, "max_new_tokens": 8}
     got = build_judge(name, fast, params=params).score(items)
     want = build_judge(name, plain, params=params).score(items)
