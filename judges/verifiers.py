@@ -107,6 +107,10 @@ class OracleConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> OracleConfig:
         """From a dict or an OmegaConf node (`cfg.oracle`); unknown keys are an error."""
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(values, DictConfig):
+            values = OmegaConf.to_container(values, resolve=True)
         values = dict(values.items())
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)

@@ -115,6 +115,19 @@ def test_every_oracle_yaml_opens_with_its_command_and_validates(name):
     assert cfg.name == name and cfg == OracleConfig.named(name)
 
 
+def test_config_from_a_composed_hydra_node():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ORACLE_DIR.parent), version_base=None):
+        node = compose(overrides=[
+            "+oracle=llm", "oracle.model=endpoint",
+            "oracle.endpoint={base_url: 'http://127.0.0.1:8000/v1', model: served, api_key_env: VLLM_KEY, "
+            "extra_body: {chat_template_kwargs: {enable_thinking: false}}}"])
+    cfg = OracleConfig.from_mapping(node.oracle)
+    assert cfg.endpoint.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert json.dumps(cfg.fingerprint())  # plain JSON all the way down
+
+
 @pytest.mark.parametrize("values, words", [
     pytest.param({"name": "judge"}, "oracle.name", id="unknown-name"),
     pytest.param({"name": "any", "verifiers": ["spec"]}, "two or more", id="any-of-one"),
