@@ -202,7 +202,7 @@ def build_rows(envs: Sequence[Environment], answers: Mapping[str, list[str]],
         ref_score = js[0]["score"]
         n_stress = len(env.stress_answers)
 
-        def accept(role: str, i: int) -> bool | None:
+        def accept(role: str, i: int, tid: str = tid) -> bool | None:
             return _accept(verdicts[role][tid][i]) if role in verdicts else None
 
         for j, text in enumerate(answers[tid]):

@@ -41,8 +41,20 @@ from selfplay.runs import judge_identity, judge_weights, load_data_split
 from . import calibration as C
 from .cache import CacheError, StageCache, cache_dir, checkpoint_files, oracle_file
 from .checkpoints import Checkpoint, CheckpointError, Discovery, find_checkpoints
-from .collect import (CHECKS, ORACLE, ORACLE2, SampleSettings, Stages, collect, judge_stage, kl_stage,
-                      labelled_rows, lazy, sample_stage, verifier_stage)
+from .collect import (
+    CHECKS,
+    ORACLE,
+    ORACLE2,
+    SampleSettings,
+    Stages,
+    collect,
+    judge_stage,
+    kl_stage,
+    labelled_rows,
+    lazy,
+    sample_stage,
+    verifier_stage,
+)
 from .config import AuditConfig, AuditConfigError, audit_config
 from .records import POLICY, STRESS
 from .results import build_results, dumps, to_csv, write_text_atomic

@@ -26,11 +26,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-
-import numpy as np
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from . import stats as S
 from .figures import write_figures

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-
 MIN_B = 1000
 
 
