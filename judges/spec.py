@@ -40,8 +40,8 @@ NAME = "spec"
 NOT_AVAILABLE = "spec verifier not available for this record"
 
 NEGATION = re.compile(
-    r"\b(?:not|no|never|cannot|unable|without|whether|if|nor|neither|unproven|unsupported|unclear"
-    r"|unknown|fail(?:s|ed)? to)\b|n't\b",
+    r"\b(?:not|no|none|nothing|never|cannot|unable|without|whether|if|nor|neither|unproven|unsupported"
+    r"|unclear|unknown|fail(?:s|ed)? to)\b|n't\b",
     re.IGNORECASE,
 )
 # a '.' or ',' between digits (2.5, 1,200) is part of a number, not a clause boundary

@@ -201,3 +201,16 @@ def test_malformed_checks_one_clear_error(one_record, change, field, words):
     (err,) = e.value.errors
     assert err.file.endswith("mini_counterevidence_01.json") and err.task_id == "mini_counterevidence_01"
     assert err.field == field and words in err.message
+
+
+def test_none_and_nothing_negate_a_forbidden_claim():
+    """'None of the documents shows that the additive extends cycle life' names the obstruction: the
+    benefit pattern matches, but "None" / "Nothing" stands before it in its clause; 'both groups'
+    is the acknowledgement."""
+    env = vx2()
+    for text in ("None of the documents shows that the additive extends cycle life; both groups kept 88 percent (D2).",
+                 "Nothing here shows that VX-2 extends cycle life: both groups kept 88 percent (D2)."):
+        assert fired(env, text) == (), text
+    # without the cue the same claim is asserted
+    assert fired(env, "The documents show that the additive extends cycle life; both groups kept 88 percent (D2).") \
+        == ("forbidden:asserts_benefit",)
