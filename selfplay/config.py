@@ -53,6 +53,9 @@ class TrainConfig:
     # sequences generated together (prompts × k); larger batches amortise each decode step's weight
     # reads on a CPU, at the cost of KV-cache memory (~46 KB per token for SmolLM2-135M in fp32)
     sample_batch_size: int = 32
+    # a sample cut at max_new_tokens is left out of DPO pairs (TRL would end it with an EOS the policy
+    # never wrote); true keeps it, for smoke runs of random test models that never stop on their own
+    pair_truncated: bool = False
     output_root: str = "outputs"
     # the adapter's settings (selfplay.models.config.LoraSettings: r, alpha, dropout, target_modules)
     lora: dict[str, Any] = field(default_factory=dict)

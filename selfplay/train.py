@@ -234,7 +234,7 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 scores = [[v.score for v in env] for env in verdicts]
                 cut = [[is_truncated(x) for x in env] for env in answers]
                 pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
-                                                     tr.margin, truncated=cut)
+                                                     tr.margin, truncated=None if tr.pair_truncated else cut)
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
                 with timed(times, "dpo"):

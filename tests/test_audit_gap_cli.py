@@ -28,7 +28,7 @@ from selfplay.config import CONF_DIR
 TRAIN = [
     "+policy=tiny-llama", "reward=anchored", "reward.min_verdict_mass=0.0", "logger=none",
     "iterations=1", "k=2", "max_new_tokens=4", "max_train_envs=2", "margin=0.0", "batch_size=2",
-    "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]",
+    "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]", "pair_truncated=true",
 ]
 AUDIT = ["n=2", "max_new_tokens=4", "max_envs=1", "bootstrap.B=1000", "logger=none", "progress=false",
          "oracle=llm", "oracle.min_mass=0.0"]

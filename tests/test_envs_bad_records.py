@@ -56,10 +56,11 @@ def _copy_as(src: str, dst: str):
 
 
 def _second_grounded(record):
-    # ctrl_001's answers are correct_grounded, wrong_confident, over_refusal
-    record["fixed_stress_answers"][1].update(
-        answer_type="correct_grounded", oracle_validity="valid"
-    )
+    # ctrl_001's answers are correct_grounded, wrong_confident, over_refusal. A second valid
+    # correct_grounded answer is a paraphrase and fine while r(e) is the one named "correct_grounded";
+    # with neither of them so named, which one is r(e) cannot be told
+    record["fixed_stress_answers"][1].update(answer_type="correct_grounded", oracle_validity="valid")
+    record["fixed_stress_answers"][0]["answer_id"] = "grounded_a"
 
 
 FP = "data/bio_false_premise_003.json"

@@ -22,6 +22,7 @@ OVERRIDES = [
     "+policy=tiny-llama", "reward=generic", "reward.min_verdict_mass=0.0", "logger=none",
     "iterations=2", "k=2", "max_new_tokens=8", "max_train_envs=3", "margin=0.0",
     "learning_rate=1e-3", "batch_size=3", "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]",
+    "pair_truncated=true",  # the random model never writes an end token within 8 tokens
 ]
 ITER_FILES = {"DONE", "adapter", "config.yaml", "generations.jsonl", "judgments.jsonl", "metrics.json", "pairs.jsonl"}
 
@@ -89,7 +90,9 @@ def test_two_iterations_write_every_artifact(run_a):
 
         gens = A.read_jsonl(it / "generations.jsonl")
         assert len(gens) == 3 and all(len(g["answers"]) == 2 for g in gens)
-        assert {tuple(sorted(g)) for g in gens} == {("answers", "category", "kind", "prompt", "task_id")}
+        assert {tuple(sorted(g)) for g in gens} == {("answers", "category", "kind", "prompt", "task_id", "truncated")}
+        # the random model never ends an answer within 8 tokens: every sample is marked truncated
+        assert all(g["truncated"] == [True, True] for g in gens)
         assert all("Evidence packet" in g["prompt"] for g in gens)
 
         judg = A.read_jsonl(it / "judgments.jsonl")
@@ -105,6 +108,7 @@ def test_two_iterations_write_every_artifact(run_a):
         metrics = json.loads((it / "metrics.json").read_text())
         m = metrics["metrics"]
         assert metrics["iteration"] == t
+        assert m["sample/truncated_share"] == 1.0 and m["sample/answers"] == 6.0
         assert m["pairs/envs"] == 3 and m["pairs/kept"] == len(pairs)
         assert len(pairs) + sum(m[f"pairs/dropped_{r}"] for r in ("nan", "tie", "margin", "identical", "truncated")) == 3
         assert set(metrics["pair_drops"]) == {g["task_id"] for g in gens} - {p["task_id"] for p in pairs}

@@ -23,7 +23,7 @@ def test_smollm2_one_iteration_produces_a_loadable_trained_adapter(tmp_path, mon
 
     overrides = ["+policy=smollm2-135m", "reward=generic", "reward.min_verdict_mass=0.0", "logger=none",
                  "iterations=1", "k=2", "max_new_tokens=32", "max_train_envs=2", "margin=0.0",
-                 "learning_rate=1e-3", "batch_size=2", f"output_root={tmp_path}", *LORA]
+                 "learning_rate=1e-3", "batch_size=2", "pair_truncated=true", f"output_root={tmp_path}", *LORA]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     monkeypatch.setattr(train, "load_train_envs", short_envs)

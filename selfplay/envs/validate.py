@@ -92,11 +92,12 @@ def own_errors(record: Mapping[str, Any], kind: Kind) -> list[tuple[str, str]]:
     want = REFERENCE_TYPES[kind]
     refs = reference_candidates(answers, want)
     if len(refs) != 1:
+        typed = [a for a in answers if a.get("answer_type") == want and a.get("oracle_validity") == "valid"]
         errs.append(
             (
                 "fixed_stress_answers",
                 f"expected exactly one reference answer (answer_type {want!r}, oracle_validity "
-                f"'valid', answer_id {want!r} when there are several), found {len(refs)}",
+                f"'valid', answer_id {want!r} when there are several), found {len(refs) or len(typed)}",
             )
         )
     return errs
