@@ -76,3 +76,21 @@ def test_labelled_file_errors_name_file_and_line(tmp_path):
     (tmp_path / "other").mkdir()
     assert C.labelled_path(tmp_path) == p and C.labelled_path(tmp_path / "other") is None
     assert C.labelled_path(tmp_path / "export.jsonl") == p  # a combined export: the file beside it
+
+
+@pytest.mark.parametrize("override, message", [
+    ("bootstrap.B=500", "bootstrap.B=500: expected an integer >= 1000"),
+    ("gate.max_accept_invalid=2", "gate.max_accept_invalid=2.0: expected a share in [0, 1]"),
+    ("gate.min_per_class=0", "gate.min_per_class=0: expected an integer >= 1"),
+])
+def test_bad_gate_or_bootstrap_settings_are_one_line(override, message):
+    from hydra import compose, initialize_config_dir
+
+    import audit.gap as gap
+    from selfplay.config import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("audit", overrides=["ckpt=somewhere", override])
+    with pytest.raises(SystemExit) as err:
+        gap.main_cli(cfg)
+    assert str(err.value) == f"audit.gap: error: {message}" or str(err.value).startswith(f"audit.gap: error: {message}")
