@@ -186,9 +186,16 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     metrics |= {"train/steps": float(result.global_step), "train/loss": float(result.training_loss)}
-    for key in ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected",
-                "logps/chosen", "logps/rejected", "grad_norm"):
+    for key, name in TRL_LOG_KEYS.items():
         value = _mean(history, key)
         if value is not None:
-            metrics[f"train/{key}"] = value
+            metrics[f"train/{name}"] = value
     return metrics
+
+
+# TRL's per-step log keys -> our `train/` names (means over the iteration's optimizer steps)
+TRL_LOG_KEYS = {
+    "rewards/accuracies": "rewards_accuracy", "rewards/margins": "rewards_margin",
+    "rewards/chosen": "rewards_chosen", "rewards/rejected": "rewards_rejected",
+    "logps/chosen": "logps_chosen", "logps/rejected": "logps_rejected", "grad_norm": "grad_norm",
+}

@@ -141,7 +141,7 @@ def test_trl_trains_against_the_handed_reference(moved, tmp_path, monkeypatch):
 
 def key(trl_key: str) -> str:
     """Our metrics name for one of TRL's log keys."""
-    return f"train/{getattr(dpo, 'TRL_LOG_KEYS', {}).get(trl_key, trl_key)}"
+    return f"train/{dpo.TRL_LOG_KEYS[trl_key]}"
 
 
 def test_reference_previous_vs_initial(tiny, tmp_path):
