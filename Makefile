@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-vllm lint bench gpu-check clean
+.PHONY: install warm-start demo experiment test test-vllm lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -44,14 +44,28 @@ test-vllm: $(VLLM_STAMP)
 lint: install
 	$(VENV)/bin/ruff check .
 
-# The CPU demo: train three judge designs for T = 2 on the mini set, audit every iteration, report.
+# The warm start π_0 of the CPU demo (selfplay/sft.py): built once, cached beside the GGUF conversion.
+warm-start: install
+	$(PY) -m selfplay.sft smollm2-135m-sft
+
+# The CPU demo: the positive control `decisive` and the `anchored` judge on the mini set, T = 3,
+# every iteration audited (n = 4 answers on each of the 18 audit environments, spec + checks oracle).
 DEMO := outputs/demo
-demo: install
+demo: warm-start
 	$(PY) -m selfplay.envs data/mini > /dev/null
-	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=anchored,commit_first,blind_solve
-	$(PY) -m audit.gap ckpt=$(DEMO) n=2 max_envs=2 max_new_tokens=48
+	$(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=demo reward=decisive,anchored
+	$(PY) -m audit.gap ckpt=$(DEMO) n=4 batch_size=32
 	$(PY) -m audit.report $(DEMO)
 	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
+
+# The full CPU experiment (hours, in the background): the control and three judge designs at the
+# demo's budget; results in outputs/experiment/.
+EXPERIMENT := outputs/experiment
+experiment: warm-start
+	$(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=demo experiment_name=experiment \
+		reward=decisive,anchored,commit_first,blind_solve
+	$(PY) -m audit.gap ckpt=$(EXPERIMENT) n=4 batch_size=32
+	$(PY) -m audit.report $(EXPERIMENT)
 
 bench: install
 	$(PY) -m bench.run
