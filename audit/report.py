@@ -281,6 +281,16 @@ def kl_section(doc: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _oracle_label(oracle: Any) -> str:
+    """The configured primary oracle in words (its resolved form per run is in the calibration)."""
+    if not isinstance(oracle, Mapping):
+        return "the data's default (`any` of spec + checks on mini, `llm` on a release)"
+    name = oracle.get("name")
+    if name == "any":
+        return f"`any` of {', '.join(f'`{v}`' for v in oracle.get('verifiers') or [])}"
+    return f"`{name}` (model `{oracle.get('model')}`)" if name == "llm" else f"`{name}`"
+
+
 # -- calibration ------------------------------------------------------------------------------------
 
 def _rate(c: Mapping[str, Any], key: str, k: str, n: str) -> str:
@@ -337,7 +347,7 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
         boot = settings.get("bootstrap", {})
         lines += [f"Audit settings: n = {settings.get('n')} answers per environment, bootstrap "
                   f"B = {boot.get('B')} environment resamples, seed {settings.get('seed')}, "
-                  f"oracle `{settings.get('oracle', {}).get('model')}`.", ""]
+                  f"oracle {_oracle_label(settings.get('oracle'))}.", ""]
     lines += calibration_section(doc)
     lines += ["Cells: mean over seeds [95% t interval over seeds]; `*` marks a reward with one seed, "
               "whose cell is that seed's value [95% environment-bootstrap interval]. "

@@ -114,7 +114,8 @@ def test_unverified_cells_and_comparison_when_the_gate_fails():
     entry = {"seeds": {"0": seed}}
     entry["across_seeds"] = across_seeds(entry["seeds"])
     doc = {**DOC, "rewards": {"rubric": DOC["rewards"]["rubric"], "anchored": entry}}
-    md = report.render(doc)
+    md = report.render({**doc, "settings": {**DOC["settings"], "oracle": None}})
+    assert "oracle the data's default" in md
     assert md.index("## Oracle calibration") < md.index("`va_gap/impossible`")
     assert row(md, "va_gap/impossible", "anchored") == "| anchored |  | unverified |"
     assert row(md, "apparent/impossible", "anchored") == "| anchored |  | 0.700 [0.100, 0.900]* |"
