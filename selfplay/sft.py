@@ -46,15 +46,17 @@ from selfplay.models.loading import (
 
 @dataclass(frozen=True)
 class SFTSettings:
-    """The warm-start recipe. Chosen before any audit: 36 short answers, so a few epochs at a LoRA
-    learning rate; more would memorise the train packets' wording."""
+    """The warm-start recipe, fixed before any audit. 36 short answers, so a few epochs; LoRA on
+    every linear layer at 6e-4. A first recipe (attention only, 2e-4) barely moved the loss (2.34 →
+    2.27 over 27 steps) and left 28 of 72 answers at τ = 0.7 running past 160 tokens."""
 
     epochs: int = 3
-    learning_rate: float = 2.0e-4
+    learning_rate: float = 6.0e-4
     batch_size: int = 4
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     seed: int = 0
 
 
@@ -124,7 +126,7 @@ def build(cfg: PolicyConfig, settings: SFTSettings = SFTSettings(), *, progress:
         )
         lora = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha,
                           lora_dropout=settings.lora_dropout, task_type="CAUSAL_LM",
-                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+                          target_modules=list(settings.target_modules))
         trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                              processing_class=tok, peft_config=lora)
         result = trainer.train()
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         stamp = cache_root() / cfg.name / "model" / "source.json"
         if not args.force and stamp.is_file():
             have = json.loads(stamp.read_text())
-            if have.get("data_sha256") == data_digest(cfg) and have.get("recipe") == asdict(SFTSettings()):
+            if have.get("data_sha256") == data_digest(cfg) and have.get("recipe") == json.loads(json.dumps(asdict(SFTSettings()))):
                 print(f"{cfg.name}: warm start is current ({stamp.parent})")
                 return 0
         out = build(cfg)

@@ -47,7 +47,7 @@ import numpy as np
 from selfplay.models import chat
 from selfplay.models.backend import Completion, check_sampling
 from selfplay.models.config import LoraSettings, PolicyConfig
-from selfplay.models.loading import checkpoint_dir, load_tokenizer
+from selfplay.models.loading import checkpoint_dir, load_tokenizer, sft_checkpoint_dir
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
 MAX_TOKEN_IDS = 128  # vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS: ids one request may ask for
@@ -116,7 +116,8 @@ class VLLMBackend:
         replace or add engine arguments (e.g. `max_model_len`, `enable_sleep_mode=False` on a CPU)."""
         if cfg.tiny_arch is not None:
             raise ValueError(f"{cfg.name}: tiny random models run on the hf backend only")
-        model = str(checkpoint_dir(cfg)) if cfg.gguf_file is not None else cfg.hf_id
+        model = (str(checkpoint_dir(cfg)) if cfg.gguf_file is not None
+                 else str(sft_checkpoint_dir(cfg)) if cfg.sft_base is not None else cfg.hf_id)
         kwargs = dict(
             model=model,
             dtype="bfloat16" if cfg.dtype == "auto" else cfg.dtype,
