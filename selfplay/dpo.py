@@ -26,13 +26,15 @@ reaches the cap, which TRL drops, are counted too (`train/dropped_long_prompts`)
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
-from contextlib import nullcontext
+import inspect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from datasets import Dataset
+from transformers import modeling_utils
 
 from selfplay.pairs import Pair
 
@@ -95,6 +97,9 @@ def plan_lengths(tokenizer, rows: Sequence[dict[str, str]], max_seq_len: int) ->
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")  # TRL's precomputed-reference columns
 
+# Per-row `logits_to_keep` (a boolean mask) came with transformers' `slice_logits_to_keep`
+ROW_KEEP = hasattr(modeling_utils, "slice_logits_to_keep")
+
 
 @torch.no_grad()
 def completion_logp(model, prompt_ids: Sequence[int], completion_ids: Sequence[int], max_length: int) -> float:
@@ -109,15 +114,50 @@ def completion_logp(model, prompt_ids: Sequence[int], completion_ids: Sequence[i
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None]).sum().item()
 
 
-def reference_logps(model, rows, max_length: int, *, adapter: bool) -> tuple[list[float], list[float]]:
+def reference_logps(model, rows, max_length: int, *, adapter: bool, batch_pairs: int = 8) -> tuple[list[float], list[float]]:
     """Reference log-probs of chosen and rejected for each tokenized row (`prompt_ids`, `chosen_ids`,
-    `rejected_ids`): the policy with its adapter on (π_{t-1}) or disabled (π_0), in eval mode."""
+    `rejected_ids`): the policy with its adapter on (π_{t-1}) or disabled (π_0), in eval mode.
+    Batched as TRL batches them ([chosen; rejected], truncated to `max_length`, right-padded), each
+    pair's prompt run once; `completion_logp` is the one-sequence path it is tested against."""
     was_training = model.training
     model.eval()
+    chosen: list[float] = []
+    rejected: list[float] = []
+    device = next(model.parameters()).device
+    # TRL's DPOTrainer puts its fused log-prob head on the model (an instance `forward` wrapping the class's)
+    fused = hasattr(vars(model.get_base_model()).get("forward"), "__wrapped__")
     try:
-        with nullcontext() if adapter else model.disable_adapter():
-            chosen = [completion_logp(model, r["prompt_ids"], r["chosen_ids"], max_length) for r in rows]
-            rejected = [completion_logp(model, r["prompt_ids"], r["rejected_ids"], max_length) for r in rows]
+        with torch.no_grad(), nullcontext() if adapter else model.disable_adapter(), prompt_shared_once(model):
+            for start in range(0, len(rows), batch_pairs):
+                batch = [rows[i] for i in range(start, min(start + batch_pairs, len(rows)))]
+                seqs, prompt_lens = [], []
+                for key in ("chosen_ids", "rejected_ids"):
+                    for r in batch:
+                        seqs.append((list(r["prompt_ids"]) + list(r[key]))[:max_length])
+                        prompt_lens.append(len(r["prompt_ids"]))
+                width = max(map(len, seqs))
+                input_ids = torch.zeros((len(seqs), width), dtype=torch.long)
+                attention = torch.zeros((len(seqs), width), dtype=torch.long)
+                keep = torch.zeros((len(seqs), width), dtype=torch.bool)
+                for i, seq in enumerate(seqs):
+                    input_ids[i, : len(seq)] = torch.tensor(seq)
+                    attention[i, : len(seq)] = 1
+                    keep[i, prompt_lens[i] - 1 : len(seq) - 1] = True  # position t predicts token t + 1
+                kw = dict(input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False)
+                if fused:  # the very head (and float rounding) TRL's loss will use
+                    labels = kw["input_ids"].masked_fill(~keep.roll(1, dims=1).to(device), -100)
+                    sums = model(**kw, labels=labels, fused_lm_head=True).log_probs.sum(1).tolist()
+                else:
+                    if ROW_KEEP:
+                        logits = model(**kw, logits_to_keep=keep.to(device)).logits
+                    else:
+                        logits = model(**kw).logits[keep.to(device)]
+                    targets = torch.tensor([t for i, s in enumerate(seqs) for t in s[prompt_lens[i]:]], device=device)
+                    picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None])[:, 0]
+                    lens = [len(s) - p for s, p in zip(seqs, prompt_lens, strict=True)]
+                    sums = [s.sum().item() for s in torch.split(picked, lens)]
+                chosen += sums[: len(batch)]
+                rejected += sums[len(batch) :]
     finally:
         model.train(was_training)
     return chosen, rejected
@@ -154,7 +194,9 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
         per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.grad_accum,
         max_length=plan.max_length,
-        precompute_ref_log_probs=True,  # TRL then reads the reference from the dataset's columns
+        # False here, switched on below once the columns are ours: with True, this TRL release would
+        # hash every weight and run a whole reference pass of its own in __init__, only to be replaced
+        precompute_ref_log_probs=False,
         gradient_checkpointing=settings.gradient_checkpointing,
         bf16=dtype == torch.bfloat16,
         fp16=False,
@@ -166,6 +208,7 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
         disable_tqdm=not settings.progress,
     )
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer.precompute_ref_logps = True  # TRL reads the reference from the dataset's columns
     if "ref" in model.peft_config:
         model.delete_adapter("ref")
     model.set_adapter("default")
@@ -177,7 +220,8 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
         .add_column(REF_COLUMNS[1], rejected)
     )
     try:
-        result = trainer.train()
+        with prompt_shared_once(model, enabled=not settings.gradient_checkpointing):
+            result = trainer.train()
         history = trainer.state.log_history
     finally:
         model.eval()
@@ -199,3 +243,111 @@ TRL_LOG_KEYS = {
     "rewards/chosen": "rewards_chosen", "rewards/rejected": "rewards_rejected",
     "logps/chosen": "logps_chosen", "logps/rejected": "logps_rejected", "grad_norm": "grad_norm",
 }
+
+
+# -- one prompt pass per pair -----------------------------------------------------------------------
+# TRL runs chosen and rejected as two full rows, so every pair's prompt (~90% of its tokens here) goes
+# through the model twice, forward and backward, and TRL has no option that shares it (its
+# padding-free mode is disabled in this release). Causal attention makes a row's hidden states at the
+# positions of a shared prefix independent of what follows, so the backbone below runs each pair's
+# common prefix once, keeps its KV with their autograd history, and runs the two continuations on
+# top of it; the result is laid out exactly as the plain backbone's `last_hidden_state` (same rows,
+# same positions), so TRL's fused head and loss run unchanged and gradients sum over both uses of the
+# prefix by the chain rule. tests/test_train_dpo.py checks log-probs, losses and gradients against
+# the plain forward.
+
+
+def pair_prefix_lens(input_ids: torch.Tensor, lengths: Sequence[int]) -> list[int] | None:
+    """Shared prefix length of rows i and i + B (TRL's [chosen; rejected] batch), kept below each row's
+    length so both rows keep a token of their own; None when a pair shares nothing."""
+    half = len(lengths) // 2
+    out = []
+    for i in range(half):
+        a, b = input_ids[i, : lengths[i]], input_ids[i + half, : lengths[i + half]]
+        n = min(len(a), len(b))
+        diff = (a[:n] != b[:n]).nonzero()
+        common = int(diff[0, 0]) if len(diff) else n
+        out.append(min(common, n - 1))
+    return out if out and min(out) >= 1 else None
+
+
+def shared_prefix_hidden(run, cache_kw: str, config, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """`run(...)` (the plain backbone) on TRL's right-padded [chosen; rejected] rows with each pair's
+    common prefix computed once; returns the (2B, W, H) hidden states, or None when it does not apply."""
+    from transformers import DynamicCache
+
+    rows, width = input_ids.shape
+    lengths = attention_mask.sum(-1).tolist()
+    if rows % 2 or any(int(attention_mask[r, :n].sum()) != n for r, n in enumerate(lengths)):
+        return None  # not right-padded pairs
+    shared = pair_prefix_lens(input_ids, lengths)
+    if shared is None:
+        return None
+    half, device, pad = rows // 2, input_ids.device, 0
+    wp = max(shared)
+    p_ids = torch.full((half, wp), pad, dtype=input_ids.dtype, device=device)
+    p_mask = torch.zeros((half, wp), dtype=attention_mask.dtype, device=device)
+    for i, s in enumerate(shared):  # right-padded too: no query row is left without a key to attend to
+        p_ids[i, :s] = input_ids[i, :s]
+        p_mask[i, :s] = 1
+    cache = DynamicCache(config=config)
+    positions = torch.arange(wp, device=device)[None].expand(half, -1)
+    prefix = run(input_ids=p_ids, attention_mask=p_mask, position_ids=positions, use_cache=True,
+                 **{cache_kw: cache}).last_hidden_state
+    # continuation rows interleaved (chosen_i, rejected_i), the order batch_repeat_interleave gives the cache
+    order = [r for i in range(half) for r in (i, i + half)]
+    tails = [lengths[r] - shared[r % half] for r in order]
+    ws = max(tails)
+    s_ids = torch.full((rows, ws), pad, dtype=input_ids.dtype, device=device)
+    s_mask = torch.zeros((rows, wp + ws), dtype=attention_mask.dtype, device=device)
+    s_mask[:, :wp] = p_mask.repeat_interleave(2, dim=0)
+    s_pos = torch.zeros((rows, ws), dtype=torch.long, device=device)
+    for j, r in enumerate(order):
+        s = shared[r % half]
+        s_ids[j, : tails[j]] = input_ids[r, s : lengths[r]]
+        s_mask[j, wp : wp + tails[j]] = 1
+        s_pos[j] = s + torch.arange(ws, device=device)
+    cache.batch_repeat_interleave(2)
+    tail = run(input_ids=s_ids, attention_mask=s_mask, position_ids=s_pos, use_cache=True,
+               **{cache_kw: cache}).last_hidden_state
+    out = [None] * rows
+    for j, r in enumerate(order):
+        s, n = shared[r % half], tails[j]
+        out[r] = torch.cat([prefix[r % half, :s], tail[j, :n], tail.new_zeros(width - s - n, tail.shape[-1])])
+    return torch.stack(out)
+
+
+@contextmanager
+def prompt_shared_once(model, enabled: bool = True) -> Iterator[None]:
+    """Inside the block, the backbone of `model` (a PeftModel over a text-only causal LM) computes each
+    pair's shared prompt once when handed TRL's [chosen; rejected] batch without a cache; every other
+    call (generation, single rows) goes to the plain forward."""
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    lm = model.get_base_model()
+    backbone = lm.base_model  # what TRL's fused head and the model's own forward call
+    params = inspect.signature(type(backbone).forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    if not enabled or lm.config.get_text_config() is not lm.config or cache_kw not in params or "position_ids" not in params:
+        yield
+        return
+    plain = backbone.forward
+
+    def forward(input_ids=None, attention_mask=None, **kwargs):
+        extra = {k: v for k, v in kwargs.items() if v is not None and k not in ("use_cache", "return_dict")}
+        hidden = None
+        if input_ids is not None and attention_mask is not None and not extra and not kwargs.get("use_cache"):
+            hidden = shared_prefix_hidden(plain, cache_kw, lm.config, input_ids, attention_mask)
+        if hidden is None:
+            return plain(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        return BaseModelOutputWithPast(last_hidden_state=hidden)
+
+    had = "forward" in vars(backbone)
+    backbone.forward = forward
+    try:
+        yield
+    finally:
+        if had:
+            backbone.forward = plain
+        else:
+            del backbone.forward  # the instance attribute; the class's forward shows through again

@@ -1,5 +1,7 @@
 """The DPO step (selfplay/dpo.py): token-length plan, BOS handling, and which policy is the reference."""
 
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 import torch
@@ -179,3 +181,84 @@ def test_hf_sample_honours_adapter(moved):
     with moved.adapter_disabled():
         assert moved.sample(prompt, **kw) == off
     assert moved.sample(prompt, **kw) != off
+
+
+def trl_batch(backend, pairs):
+    """TRL's training batch for `pairs`: [chosen; rejected] rows, right-padded, labels on completions."""
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    tok, eos = backend.tokenizer, backend.tokenizer.eos_token
+    rows = [{"prompt_ids": tok(p.prompt)["input_ids"], "chosen_ids": tok(p.chosen + eos)["input_ids"],
+             "rejected_ids": tok(p.rejected + eos)["input_ids"]} for p in pairs]
+    batch = DataCollatorForPreference(pad_token_id=tok.pad_token_id)(rows)
+    return rows, batch, batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen3"])
+def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
+    """The shared-prompt backbone gives TRL's fused head the same per-token log-probs, the same DPO
+    loss and the same LoRA gradients as the plain two-row forward (adapter moved off zero so its
+    gradients are not trivially equal)."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from selfplay.models import load_backend
+
+    b = load_backend(arch, backend="hf", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+                     progress=False)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in b.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    add_fused_lm_head(b.model.get_base_model())
+    pairs = make_pairs(b) + [Pair("c", make_pairs(b)[0].prompt, "Yes, it is a prime number.", "Yes.", 0, 1, 0.7, 0.2)]
+    _, batch, labels = trl_batch(b, pairs)
+    b.model.train()
+
+    def run(shared: bool):
+        b.model.zero_grad()
+        with dpo.prompt_shared_once(b.model, enabled=shared):
+            out = b.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels,
+                          fused_lm_head=True, use_cache=False)
+        logps = out.log_probs.sum(1)
+        chosen, rejected = logps.chunk(2)
+        loss = -torch.nn.functional.logsigmoid(0.1 * (chosen - rejected)).mean()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in b.model.named_parameters() if p.grad is not None}
+        return out.log_probs.detach(), loss.item(), grads
+
+    used = []
+    real = dpo.shared_prefix_hidden
+    monkeypatch.setattr(dpo, "shared_prefix_hidden", lambda *a: used.append(real(*a)) or used[-1])
+    plain, fast = run(False), run(True)
+    assert len(used) == 1 and used[0] is not None  # the fast side did take the shortcut
+    assert plain[0].abs().sum() > 1  # log-probs are there to compare
+    torch.testing.assert_close(fast[0], plain[0], atol=1e-5, rtol=0)
+    assert fast[1] == pytest.approx(plain[1], abs=1e-5)
+    assert fast[2].keys() == plain[2].keys() and len(plain[2]) > 0
+    for name in plain[2]:
+        torch.testing.assert_close(fast[2][name], plain[2][name], atol=1e-5, rtol=1e-4)
+
+
+def test_prompt_once_needs_a_shared_prefix():
+    """Rows i and i + B sharing no first token, or an odd batch, leave the plain forward in charge."""
+    ids = torch.tensor([[5, 6, 7], [8, 6, 7]])
+    assert dpo.pair_prefix_lens(ids, [3, 3]) is None
+    # shared prefix kept below each row's length: [5, 6] vs [5, 6, 7] share 2, capped at 2 - 1
+    assert dpo.pair_prefix_lens(torch.tensor([[5, 6, 0], [5, 6, 7]]), [2, 3]) == [1]
+    assert dpo.shared_prefix_hidden(None, "cache", None, torch.ones((3, 2), dtype=torch.long),
+                                    torch.ones((3, 2), dtype=torch.long)) is None
+
+
+def test_batched_reference_equals_one_sequence_at_a_time(moved):
+    """reference_logps (pairs batched, prompt run once) against completion_logp, one sequence per
+    forward, for both policies and a length cap that truncates a completion."""
+    rows, _, _ = trl_batch(moved, make_pairs(moved))
+    cap = max(len(r["prompt_ids"]) + len(r["chosen_ids"]) for r in rows) - 2
+    for adapter in (True, False):
+        chosen, rejected = dpo.reference_logps(moved.model, rows, cap, adapter=adapter)
+        with nullcontext() if adapter else moved.model.disable_adapter():
+            one = [[dpo.completion_logp(moved.model, r["prompt_ids"], r[k], cap) for r in rows]
+                   for k in ("chosen_ids", "rejected_ids")]
+        np.testing.assert_allclose(chosen, one[0], atol=1e-5)
+        np.testing.assert_allclose(rejected, one[1], atol=1e-5)
