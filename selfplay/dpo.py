@@ -127,7 +127,7 @@ def reference_logps(model, rows, max_length: int, *, adapter: bool, batch_pairs:
     # TRL's DPOTrainer puts its fused log-prob head on the model (an instance `forward` wrapping the class's)
     fused = hasattr(vars(model.get_base_model()).get("forward"), "__wrapped__")
     try:
-        with torch.no_grad(), nullcontext() if adapter else model.disable_adapter(), prompt_shared_once(model):
+        with torch.no_grad(), nullcontext() if adapter else model.disable_adapter(), cpu_fast_paths(model):
             for start in range(0, len(rows), batch_pairs):
                 batch = [rows[i] for i in range(start, min(start + batch_pairs, len(rows)))]
                 seqs, prompt_lens = [], []
@@ -220,7 +220,7 @@ def dpo_step(model, tokenizer, pairs: Sequence[Pair], settings: DPOSettings, scr
         .add_column(REF_COLUMNS[1], rejected)
     )
     try:
-        with prompt_shared_once(model, enabled=not settings.gradient_checkpointing):
+        with cpu_fast_paths(model, enabled=not settings.gradient_checkpointing):
             result = trainer.train()
         history = trainer.state.log_history
     finally:
@@ -315,6 +315,37 @@ def shared_prefix_hidden(run, cache_kw: str, config, input_ids: torch.Tensor, at
         s, n = shared[r % half], tails[j]
         out[r] = torch.cat([prefix[r % half, :s], tail[j, :n], tail.new_zeros(width - s - n, tail.shape[-1])])
     return torch.stack(out)
+
+
+@contextmanager
+def labelled_positions_only() -> Iterator[None]:
+    """TRL's fused head projects only the positions that carry a label when it runs on a GPU, and
+    every position elsewhere, so that a compiler (Neuron's) sees one tile shape per batch. On a CPU
+    that is no gain, and it projects the ~10x more prompt positions through the 49k-word head with
+    512 MB tiles, which set the step's memory peak. Inside the block the GPU rule holds everywhere:
+    the same per-token log-probs (unlabelled positions are 0 either way), tested in test_train_dpo."""
+    import trl.trainer.utils as trl_utils
+
+    gpu_rule = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: True  # read there only to choose the positions to project
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = gpu_rule
+
+
+def cpu_fast_paths(model, enabled: bool = True):
+    """What a CPU step runs under: the shared prompt, labelled positions only, and native GQA."""
+    from contextlib import ExitStack
+
+    from selfplay.models.hf import native_gqa
+
+    stack = ExitStack()
+    stack.enter_context(prompt_shared_once(model, enabled=enabled))
+    if next(model.parameters()).device.type == "cpu":
+        stack.enter_context(labelled_positions_only())
+        stack.enter_context(native_gqa())
+    return stack
 
 
 @contextmanager

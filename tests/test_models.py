@@ -392,3 +392,27 @@ def test_shared_prefill_sampling_equals_the_plain_path(arch):
     assert a == b
     assert [[c.finished for c in x] for x in a] == [[c.finished for c in x] for x in b]
     assert len({s for x in a for s in x}) > 1  # the samples are not all the same
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_native_gqa_equals_copied_kv_heads(arch, monkeypatch):
+    """Attention on the KV heads as they are (`native_gqa`, the CPU default) against transformers'
+    copy of each KV head per query head: same next-token log-probs over left-padded prompts, same
+    sequence log-probs, same samples for a fixed seed (the tiny models have 4 query and 2 KV heads)."""
+    fast, plain = make_backend(arch), make_backend(arch, native_gqa=False)
+    cfg = fast.model.config.get_text_config()
+    assert cfg.num_key_value_heads < cfg.num_attention_heads
+    prompts = judge_prompts(fast)
+    heads = []  # KV heads handed to attention, per call
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, *a, **kw: heads.append(k.shape[1]) or real(q, k, v, *a, **kw))
+    a = fast.next_token_logprobs(prompts, [5, 6, 7])
+    fast_heads, heads[:] = set(heads), []
+    np.testing.assert_allclose(a, plain.next_token_logprobs(prompts, [5, 6, 7]), atol=1e-5)
+    # transformers copies the heads only where a mask is given (the padded calls)
+    assert fast_heads == {cfg.num_key_value_heads} and cfg.num_attention_heads in heads
+    np.testing.assert_allclose(fast.sequence_logprobs(prompts[:2], [" up", " down"]),
+                               plain.sequence_logprobs(prompts[:2], [" up", " down"]), atol=1e-5)
+    kw = dict(n=3, temperature=1.0, max_new_tokens=8, seed=5)
+    assert fast.sample(prompts[:3], **kw) == plain.sample(prompts[:3], **kw)

@@ -215,9 +215,9 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
     _, batch, labels = trl_batch(b, pairs)
     b.model.train()
 
-    def run(shared: bool):
+    def run(shared: bool, labelled_only: bool = False):
         b.model.zero_grad()
-        with dpo.prompt_shared_once(b.model, enabled=shared):
+        with dpo.prompt_shared_once(b.model, enabled=shared), dpo.labelled_positions_only() if labelled_only else nullcontext():
             out = b.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels,
                           fused_lm_head=True, use_cache=False)
         logps = out.log_probs.sum(1)
@@ -230,14 +230,15 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
     used = []
     real = dpo.shared_prefix_hidden
     monkeypatch.setattr(dpo, "shared_prefix_hidden", lambda *a: used.append(real(*a)) or used[-1])
-    plain, fast = run(False), run(True)
-    assert len(used) == 1 and used[0] is not None  # the fast side did take the shortcut
+    plain = run(False)
     assert plain[0].abs().sum() > 1  # log-probs are there to compare
-    torch.testing.assert_close(fast[0], plain[0], atol=1e-5, rtol=0)
-    assert fast[1] == pytest.approx(plain[1], abs=1e-5)
-    assert fast[2].keys() == plain[2].keys() and len(plain[2]) > 0
-    for name in plain[2]:
-        torch.testing.assert_close(fast[2][name], plain[2][name], atol=1e-5, rtol=1e-4)
+    for fast in (run(True), run(False, labelled_only=True), run(True, labelled_only=True)):
+        torch.testing.assert_close(fast[0], plain[0], atol=1e-5, rtol=0)
+        assert fast[1] == pytest.approx(plain[1], abs=1e-5)
+        assert fast[2].keys() == plain[2].keys() and len(plain[2]) > 0
+        for name in plain[2]:
+            torch.testing.assert_close(fast[2][name], plain[2][name], atol=1e-5, rtol=1e-4)
+    assert len(used) == 2 and all(h is not None for h in used)  # the shared runs did take the shortcut
 
 
 def test_prompt_once_needs_a_shared_prefix():
@@ -262,3 +263,13 @@ def test_batched_reference_equals_one_sequence_at_a_time(moved):
                    for k in ("chosen_ids", "rejected_ids")]
         np.testing.assert_allclose(chosen, one[0], atol=1e-5)
         np.testing.assert_allclose(rejected, one[1], atol=1e-5)
+
+
+def test_labelled_positions_only_switches_trl_to_its_gpu_rule_and_back():
+    import trl.trainer.utils as trl_utils
+
+    cpu = torch.device("cpu")
+    assert trl_utils._use_triton(cpu) is False  # TRL projects every position on a CPU
+    with dpo.labelled_positions_only():
+        assert trl_utils._use_triton(cpu) is True
+    assert trl_utils._use_triton(cpu) is False

@@ -44,6 +44,28 @@ from selfplay.models.loading import load_model
 ROW_KEEP = hasattr(modeling_utils, "slice_logits_to_keep")
 
 
+@contextmanager
+def native_gqa() -> Iterator[None]:
+    """Attention reads the few KV heads as they are (SDPA's `enable_gqa`) instead of copying each one
+    out to every query head it serves. transformers does the copy whenever a mask is given, for CUDA's
+    sake; torch's CPU flash kernel takes a mask with GQA, so there the copy is pure cost: 3x the KV
+    bytes moved at every decode step and held for backward in DPO. The switch is transformers' own
+    (TRANSFORMERS_SDPA_FORCE_GQA), read at each attention call; outputs equal the copying path
+    (tests/test_models.py)."""
+    import os
+
+    key = "TRANSFORMERS_SDPA_FORCE_GQA"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = before
+
+
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -94,6 +116,7 @@ class HFBackend:
         reuse_prefix: bool = True,
         min_prefix: int = 16,
         share_prefill: bool = True,
+        native_gqa: bool = True,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -115,6 +138,7 @@ class HFBackend:
         self.reuse_prefix = reuse_prefix
         self.min_prefix = min_prefix
         self.share_prefill = share_prefill
+        self.native_gqa = native_gqa
         self.device = next(model.parameters()).device
         params = inspect.signature(type(model.get_base_model()).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -285,8 +309,9 @@ class HFBackend:
     def _inference(self, adapter: bool) -> Iterator[None]:
         was_training = self.model.training
         self.model.eval()
+        gqa = native_gqa if self.native_gqa and self.device.type == "cpu" else nullcontext
         try:
-            with torch.inference_mode(), (nullcontext() if adapter else self.model.disable_adapter()):
+            with torch.inference_mode(), (nullcontext() if adapter else self.model.disable_adapter()), gqa():
                 yield
         finally:
             self.model.train(was_training)
