@@ -312,8 +312,14 @@ def calibration_section(doc: Mapping[str, Any]) -> list[str]:
             cal = s.get("calibration")
             if not cal:
                 continue
-            for role, sets in cal["verifiers"].items():
-                for name in ("stress", "labelled", "all"):
+            primary_first = sorted(cal["verifiers"], key=lambda r: (r != "oracle", not r.startswith("oracle/"), r))
+            for role in primary_first:
+                sets = cal["verifiers"][role]
+                # `all` repeats `stress` when there is no labelled on-policy set
+                names = [n for n in ("stress", "labelled", "all") if sets.get(n) is not None]
+                if sets.get("labelled") is None and sets.get("stress") is not None:
+                    names.remove("all")
+                for name in names:
                     c = sets.get(name)
                     if c is None:
                         continue
