@@ -1,10 +1,19 @@
-"""Typed, validated settings of `python -m selfplay.train` (the non-group keys of conf/config.yaml and the
-`data`, `judge` and `logger` groups).
+"""Typed, validated settings of `python -m selfplay.train`: the one source of their defaults and docs.
 
-Hydra composes plain YAML; `train_settings(cfg)` merges it over these dataclasses, so a misspelt key or a
-value of the wrong type fails with OmegaConf's message naming the key, and `__post_init__` checks ranges.
-The dataclasses are not frozen because OmegaConf cannot merge into frozen nested dataclasses; treat the
-instances as read-only.
+`TrainConfig` holds the non-group keys of a composed config; `DataConfig`, `JudgeConfig` and
+`LoggerConfig` the `data`, `judge` and `logger` groups. Each field carries its help text in
+`metadata["help"]` (as TRL's configs do). Importing this module registers their defaults in Hydra's
+ConfigStore: `train_defaults` (the first entry of conf/config.yaml's defaults list) and `<group>/base`
+(the first entry of every option in conf/data/, conf/judge/, conf/logger/), so the YAML files hold
+only the group choices, what makes an option that option, and Hydra's settings. Every entry point
+that composes conf/ imports this module first (selfplay.train, audit.gap, audit.judge_eval).
+
+The defaults are registered as plain values, not as typed structured configs, on purpose: a value of
+the wrong type (`k=two`) or an unknown key then reaches `train_settings`, which names the key in one
+line; Hydra's own schema errors are several lines, printed before the entry point can catch them.
+`train_settings(cfg)` merges the composed config over these dataclasses (OmegaConf names a mistyped
+key) and `__post_init__` checks ranges. The dataclasses are not frozen because OmegaConf cannot merge
+into frozen nested dataclasses; treat the instances as read-only.
 """
 
 from __future__ import annotations
@@ -14,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from selfplay.models.config import LoraSettings
@@ -27,38 +37,54 @@ GROUPS = ("policy", "reward", "data", "judge", "logger")
 RESUMABLE_KEYS = ("iterations", "logger", "output_root", "backend")
 
 
+def train_lora() -> dict[str, Any]:
+    """The adapter of a training run: rank 16 on the attention projections (a fresh dict per call)."""
+    return {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
+
 @dataclass
 class TrainConfig:
-    # first level of outputs/<experiment_name>/<reward>/seed<s>/ (`+experiment=NAME` is the config group
-    # of ready-made experiments in experiments/conf/experiment/, which set this name)
-    experiment_name: str = "selfplay"
-    seed: int = 0  # seeds sampling (per iteration) and DPO data order
-    iterations: int = 3  # T: number of self-play iterations; may grow on resume
-    k: int = 4  # samples per train environment per iteration
-    temperature: float = 1.0  # τ: sampling temperature of the policy
-    max_new_tokens: int = 256  # budget of each sampled answer
-    margin: float = 0.1  # δ: minimum score gap between chosen and rejected answers
-    beta: float = 0.1  # DPO β
-    learning_rate: float = 5.0e-5
-    epochs: int = 1  # passes of DPO over one iteration's pairs
-    batch_size: int = 4  # pairs per optimizer step (per device, before accumulation)
-    grad_accum: int = 1  # gradient accumulation steps
-    # ceiling on prompt+answer tokens in a DPO sequence; the actual limit is the longest pair of the
-    # iteration (so nothing is truncated) unless that exceeds this ceiling, and truncation is counted
-    max_seq_len: int = 4096
-    max_train_envs: int | None = None  # use only the first N train environments (quick runs)
-    reference: str = "previous"  # previous: π_{t-1}; initial: π_0 (adapter off)
-    backend: str = "auto"  # auto | hf | vllm
-    gradient_checkpointing: bool = False
-    # sequences generated together (prompts × k); larger batches amortise each decode step's weight
-    # reads on a CPU, at the cost of KV-cache memory (~46 KB per token for SmolLM2-135M in fp32)
-    sample_batch_size: int = 32
-    # a sample cut at max_new_tokens is left out of DPO pairs (TRL would end it with an EOS the policy
-    # never wrote); true keeps it, for smoke runs of random test models that never stop on their own
-    pair_truncated: bool = False
-    output_root: str = "outputs"
-    # the adapter's settings (selfplay.models.config.LoraSettings: r, alpha, dropout, target_modules)
-    lora: dict[str, Any] = field(default_factory=dict)
+    experiment_name: str = field(default="selfplay", metadata={"help": (
+        "First level of outputs/<experiment_name>/<reward>/seed<s>/. `+experiment=NAME` picks a "
+        "ready-made experiment in experiments/conf/experiment/, which sets this name.")})
+    seed: int = field(default=0, metadata={"help": "Seeds sampling (per iteration) and the DPO data order."})
+    iterations: int = field(default=3, metadata={"help": (
+        "T: the number of self-play iterations; may grow when a run is resumed.")})
+    k: int = field(default=4, metadata={"help": "Samples per train environment per iteration (>= 2)."})
+    temperature: float = field(default=1.0, metadata={"help": "τ: the policy's sampling temperature."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Token budget of each sampled answer."})
+    margin: float = field(default=0.1, metadata={"help": (
+        "δ: the smallest chosen-minus-rejected score gap kept as a DPO pair (scores lie in [0, 1]).")})
+    beta: float = field(default=0.1, metadata={"help": "DPO β."})
+    learning_rate: float = field(default=5.0e-5, metadata={"help": "DPO learning rate of the LoRA adapter."})
+    epochs: int = field(default=1, metadata={"help": "Passes of DPO over one iteration's pairs."})
+    batch_size: int = field(default=2, metadata={"help": (
+        "Pairs per optimizer micro-step (per device). DPO activations dominate memory (bench P4), so "
+        "a larger effective batch comes from grad_accum rather than from this.")})
+    grad_accum: int = field(default=2, metadata={"help": (
+        "Gradient accumulation steps: the effective batch is batch_size × grad_accum pairs.")})
+    max_seq_len: int = field(default=4096, metadata={"help": (
+        "Ceiling on prompt+answer tokens of a DPO sequence. The limit actually used is the longest "
+        "pair of the iteration (nothing truncated) unless that exceeds this ceiling; truncation is "
+        "counted.")})
+    max_train_envs: int | None = field(default=None, metadata={"help": (
+        "Use only the first N train environments (quick runs); null = every train environment.")})
+    reference: str = field(default="previous", metadata={"help": (
+        "The DPO reference policy: previous (π_{t-1}) or initial (π_0, the adapter off).")})
+    backend: str = field(default="auto", metadata={"help": "The policy backend: auto | hf | vllm."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": (
+        "Recompute activations in the DPO backward pass (less memory, more time).")})
+    sample_batch_size: int = field(default=32, metadata={"help": (
+        "Sequences generated together on the hf backend (prompts × k). Larger batches amortise each "
+        "decode step's weight reads on a CPU, at the cost of KV-cache memory (~46 KB per token for "
+        "SmolLM2-135M in fp32).")})
+    pair_truncated: bool = field(default=False, metadata={"help": (
+        "Keep answers cut at max_new_tokens in DPO pairs. False leaves them out (TRL would end them "
+        "with an EOS the policy never wrote); true only for smoke runs of random test models, which "
+        "never stop on their own.")})
+    output_root: str = field(default="outputs", metadata={"help": "Directory holding every experiment's runs."})
+    lora: dict[str, Any] = field(default_factory=train_lora, metadata={"help": (
+        "The LoRA adapter: r, alpha, dropout, target_modules (selfplay.models.config.LoraSettings).")})
 
     def __post_init__(self) -> None:
         _require(bool(self.experiment_name) and "/" not in self.experiment_name, "experiment_name", self.experiment_name,
@@ -92,11 +118,12 @@ class TrainConfig:
 
 @dataclass
 class DataConfig:
-    # a release directory or a combined *.jsonl export; a relative path is looked up in the current
-    # directory first, then in the project root (where the bundled data/mini lives)
-    path: str = "data/mini"
-    # directory holding the splits/ files; null = the data directory itself
-    splits: str | None = None
+    # required: the `data` group's options set it (mini: data/mini; release: data.path=DIR)
+    path: str = field(default=MISSING, metadata={"help": (
+        "A release directory or a combined *.jsonl export. A relative path is looked up in the "
+        "current directory first, then in the project root (where the bundled data/mini lives).")})
+    splits: str | None = field(default=None, metadata={"help": (
+        "The directory holding the splits/ files; null = the data directory itself.")})
 
     def __post_init__(self) -> None:
         _require(bool(self.path), "data.path", self.path, "a path")
@@ -104,8 +131,9 @@ class DataConfig:
 
 @dataclass
 class JudgeConfig:
-    # self: π_{t-1} (adapter on); frozen: π_0 (adapter off); anything else: the name of a conf/policy config
-    model: str = "self"
+    model: str = field(default="self", metadata={"help": (
+        "The judge's weights: self (π_{t-1}, the adapter on), frozen (π_0, the adapter off) or the "
+        "name of a conf/policy config (its base weights).")})
 
     def __post_init__(self) -> None:
         _require(bool(self.model), "judge.model", self.model, "self, frozen or a policy config name")
@@ -113,16 +141,21 @@ class JudgeConfig:
 
 @dataclass
 class LoggerConfig:
-    kind: str = "wandb"  # wandb | none
-    project: str = "selfplay-judges"
-    mode: str = "offline"  # wandb mode: offline (default, no network), online, disabled
-    entity: str | None = None
-    dir: str | None = None  # wandb files; null = the run directory
+    kind: str = field(default="wandb", metadata={"help": "wandb (one run per seed) | none."})
+    project: str = field(default="selfplay-judges", metadata={"help": "The wandb project."})
+    mode: str = field(default="offline", metadata={"help": (
+        "The wandb mode: offline (files under the run directory, no network), online, disabled.")})
+    entity: str | None = field(default=None, metadata={"help": "The wandb entity; null = the account's default."})
+    dir: str | None = field(default=None, metadata={"help": "Where wandb writes its files; null = the run directory."})
 
     def __post_init__(self) -> None:
         _require(self.kind in ("wandb", "none"), "logger.kind", self.kind, "wandb or none")
         _require(self.mode in ("offline", "online", "disabled"), "logger.mode", self.mode,
                  "offline, online or disabled")
+
+
+# the group configs this module owns (`policy` and `reward` belong to selfplay.models and judges)
+GROUP_SCHEMAS: dict[str, type] = {"data": DataConfig, "judge": JudgeConfig, "logger": LoggerConfig}
 
 
 @dataclass(frozen=True)
@@ -268,3 +301,20 @@ def resolve_data_path(path: str, cwd: Path | None = None) -> Path:
 def comparable(resolved: dict[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that must match for a run directory to be resumed."""
     return {k: v for k, v in resolved.items() if k not in RESUMABLE_KEYS and k != "hydra"}
+
+
+# -- Hydra's ConfigStore: the defaults above, as the base of conf/config.yaml and of each group option
+
+def defaults_of(schema: type) -> dict[str, Any]:
+    """The field defaults of a config dataclass as plain data (what Hydra composes)."""
+    return OmegaConf.to_container(OmegaConf.structured(schema))
+
+
+def register_defaults() -> None:
+    store = ConfigStore.instance()
+    store.store(name="train_defaults", node=defaults_of(TrainConfig))
+    for group, schema in GROUP_SCHEMAS.items():
+        store.store(group=group, name="base", node=defaults_of(schema))
+
+
+register_defaults()

@@ -11,7 +11,19 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from selfplay import artifacts as A
-from selfplay.config import CONF_DIR, PROJECT_ROOT, ConfigError, resolve_data_path, train_settings
+from selfplay.config import (
+    CONF_DIR,
+    GROUP_SCHEMAS,
+    PROJECT_ROOT,
+    ConfigError,
+    DataConfig,
+    JudgeConfig,
+    LoggerConfig,
+    TrainConfig,
+    defaults_of,
+    resolve_data_path,
+    train_settings,
+)
 from selfplay.tracking import start_logger
 from selfplay.train import run
 
@@ -53,6 +65,57 @@ def test_both_documented_commands_compose():
         s = train_settings(composed(f"+policy={policy}", "reward=anchored"))
         assert s.policy_name == policy and s.reward_name == "anchored"
         assert s.train.reference == "previous" and s.judge.model == "self"
+
+
+# -- one source of defaults: the dataclasses ------------------------------------------------------
+
+
+def test_composed_defaults_are_the_dataclass_defaults():
+    """What Hydra composes with no override is exactly what the dataclasses declare, top level and
+    groups alike, so a documented default cannot be silently overridden by a YAML value again (the
+    YAML once said batch_size 2, grad_accum 2 while the dataclass said 4, 1)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(composed("+policy=tiny-llama"), resolve=True)
+    top = {k: v for k, v in cfg.items() if k not in ("policy", "reward", *GROUP_SCHEMAS)}
+    assert top == defaults_of(TrainConfig)
+    # the default options add only what makes them that option: data=mini names its directory
+    assert cfg["data"] == defaults_of(DataConfig) | {"path": "data/mini"}
+    assert (cfg["judge"], cfg["logger"]) == (defaults_of(JudgeConfig), defaults_of(LoggerConfig))
+    s = train_settings(composed("+policy=tiny-llama"))
+    assert (s.train, s.data, s.judge, s.logger) == (TrainConfig(), DataConfig("data/mini"), JudgeConfig(), LoggerConfig())
+    # the measured micro-batching (bench P4): 2 pairs per step, accumulated twice
+    assert (s.train.batch_size, s.train.grad_accum) == (2, 2)
+
+
+def test_yaml_holds_no_default_of_its_own():
+    """conf/config.yaml sets no TrainConfig field (only the defaults list and Hydra's settings); a group
+    option sets only keys of its dataclass, and only where it differs from the dataclass default."""
+    top = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
+    assert set(top) == {"defaults", "hydra"}
+    assert top["defaults"][0] == "train_defaults"
+    for group, schema in GROUP_SCHEMAS.items():
+        base = defaults_of(schema)
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            option = yaml.safe_load(path.read_text())
+            assert option.pop("defaults") == ["base", "_self_"], path
+            assert set(option) <= set(base), (path, sorted(set(option) - set(base)))
+            assert all(option[k] != base[k] for k in option), (path, option)
+
+
+@pytest.mark.parametrize("schema", [TrainConfig, *GROUP_SCHEMAS.values()], ids=lambda c: c.__name__)
+def test_every_setting_has_help_text(schema):
+    from dataclasses import fields
+
+    undocumented = [f.name for f in fields(schema) if len(f.metadata.get("help", "").split()) < 2]
+    assert undocumented == []
+
+
+def test_logger_option_overrides_only_its_keys():
+    """logger=none sets kind and mode; project, entity and dir still come from LoggerConfig."""
+    s = train_settings(composed("+policy=tiny-llama", "logger=none"))
+    assert (s.logger.kind, s.logger.mode) == ("none", "disabled")
+    assert (s.logger.project, s.logger.entity, s.logger.dir) == ("selfplay-judges", None, None)
 
 
 @pytest.mark.parametrize(
