@@ -35,10 +35,24 @@ class Verdict:
     error: str | None  # why score is None
     # verdict-token probabilities read, keyed "<order>:<label>" for pairwise ("ab:A", "ba:B"), "<label>" for pointwise
     probs: Mapping[str, float] = field(default_factory=dict)
-    order_scores: tuple[float, ...] = ()  # pairwise: P(candidate wins) per order; pointwise: (score,)
+    # one reading per scoring prompt, in the order of `prompts`: pairwise P(candidate wins) in order ab,
+    # then ba; pointwise (score,); None where that prompt's probabilities were unusable (see `error`)
+    order_scores: tuple[float | None, ...] = ()
     swap_consistent: bool | None = None  # pairwise: the same answer preferred in both orders
-    prompt: str = ""  # the (first) prompt, for auditing
+    # the scoring prompts, aligned with `order_scores` (pairwise: order ab, order ba), for auditing;
+    # empty for a judge that reads no prompt (`decisive`)
+    prompts: tuple[str, ...] = ()
     artifact: str | None = None  # stage-1 artifact used (commitment / blind solution / rubric)
+
+    def __post_init__(self) -> None:
+        if self.prompts and len(self.prompts) != len(self.order_scores):
+            raise ValueError(f"a verdict keeps one order score per prompt: {len(self.prompts)} prompts, "
+                             f"order_scores {self.order_scores}")
+
+    @property
+    def prompt(self) -> str:
+        """The first scoring prompt (order ab for pairwise), "" when there is none."""
+        return self.prompts[0] if self.prompts else ""
 
     @property
     def is_nan(self) -> bool:
@@ -48,6 +62,12 @@ class Verdict:
 @runtime_checkable
 class Judge(Protocol):
     name: str
+    # True only for the `certificate` control: `judge_item` then fills JudgeItem.certificate
+    reads_certificate: bool
+
+    def prepare(self, publics: Sequence[PublicView]) -> None:
+        """Generate the stage-1 artifacts of many environments at once (batched greedy calls), so
+        that scoring them later finds every artifact cached; a no-op for a judge without a stage 1."""
 
     def score(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """One verdict per item, in order."""
@@ -88,5 +108,5 @@ def judge_item(judge: Judge, env: Environment, answer: str) -> JudgeItem:
     """The item for scoring `answer` on `env` with `judge`: public view, r(e) (read by `anchored` only)
     and, only when the judge declares `reads_certificate` (the `certificate` control), the hidden
     evaluation_spec text."""
-    cert = certificate_text(env) if getattr(judge, "reads_certificate", False) else None
+    cert = certificate_text(env) if judge.reads_certificate else None
     return JudgeItem(env.public, answer, env.reference_answer, cert)

@@ -96,9 +96,11 @@ def decisive_score(text: str) -> float:
 
 
 class DecisiveJudge:
-    """The `decisive` reward: no model, no stage 1; `prepare` and `artifacts` exist for the protocol."""
+    """The `decisive` reward: no model, no stage 1, no prompt (its verdicts keep `prompts` empty);
+    `prepare` and `artifacts` are the protocol's no-ops."""
 
     name = "decisive"
+    reads_certificate = False
 
     def prepare(self, publics: Sequence[PublicView]) -> None:  # no stage 1
         return None
@@ -108,8 +110,7 @@ class DecisiveJudge:
         for item in items:
             f = features(item.answer)
             s = decisive_score(item.answer)
-            out.append(Verdict(score=s, error=None, probs={k: float(v) for k, v in f.items()},
-                               order_scores=(s,), prompt=""))
+            out.append(Verdict(score=s, error=None, probs={k: float(v) for k, v in f.items()}, order_scores=(s,)))
         return out
 
     def artifacts(self) -> dict[str, str]:

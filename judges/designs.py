@@ -156,18 +156,19 @@ class TemplateJudge:
         mass = self.params.min_verdict_mass
         if not self.design.pairwise:
             r = scoring.pointwise(scoring.label_probs(rows[0], self._ids), mass)
-            order = (r.value,) if r.value is not None else ()
-            return Verdict(r.value, r.error, r.probs, order, None, prompts[0], artifact)
-        ab = scoring.pairwise_order(scoring.label_probs(rows[0], self._ids), "A", mass)
-        ba = scoring.pairwise_order(scoring.label_probs(rows[1], self._ids), "B", mass)
+            return Verdict(r.value, r.error, r.probs, order_scores=(r.value,), prompts=tuple(prompts),
+                           artifact=artifact)
+        # P(candidate wins): its letter's share, A in order ab, B in order ba
+        ab = scoring.label_share(scoring.label_probs(rows[0], self._ids), "A", mass)
+        ba = scoring.label_share(scoring.label_probs(rows[1], self._ids), "B", mass)
         value, error, consistent = scoring.combine_orders(ab, ba)
         if value is not None and prompts[0] == prompts[1]:
             # candidate = opponent: one prompt asked twice, P(A)/(P(A)+P(B)) + P(B)/(P(A)+P(B)) = 1, so
             # the score is ½ exactly (not ½ ± rounding or batch noise), and no swap test took place
             value, consistent = 0.5, None
         probs = {f"ab:{k}": v for k, v in ab.probs.items()} | {f"ba:{k}": v for k, v in ba.probs.items()}
-        order = tuple(r.value for r in (ab, ba) if r.value is not None)
-        return Verdict(value, error, probs, order, consistent, prompts[0], artifact)
+        return Verdict(value, error, probs, order_scores=(ab.value, ba.value), swap_consistent=consistent,
+                       prompts=tuple(prompts), artifact=artifact)
 
     def score(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         artifacts = self._stage1(items)

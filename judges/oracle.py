@@ -58,9 +58,8 @@ def oracle_user(env: Environment, answer: str) -> str:
         return P.oracle_user_control(env.public, ground_truth_text(env), answer)
     if env.certificate is None or env.evaluation_spec is None:
         raise ValueError(f"impossible environment {env.task_id!r} lacks certificate or evaluation_spec")
-    # `checks` (regular expressions for the spec verifier) is written for a program, not a reader
-    spec = {k: v for k, v in env.evaluation_spec.items() if k != "checks"}
-    return P.oracle_user_impossible(env.public, env.certificate, spec, answer)
+    # prompts.oracle_user_impossible leaves out what is not a criterion (review metadata, `checks`)
+    return P.oracle_user_impossible(env.public, env.certificate, env.evaluation_spec, answer)
 
 
 class LLMOracle:
@@ -87,7 +86,7 @@ class LLMOracle:
         reading = getattr(self.backend, "reading", None)
         out = []
         for row, prompt in zip(rows, prompts, strict=True):
-            r = scoring.pairwise_order(scoring.label_probs(row, self._ids), "Yes", self.min_mass)
+            r = scoring.label_share(scoring.label_probs(row, self._ids), "Yes", self.min_mass)  # P(violates)
             info = reading(prompt) if reading is not None else None
             mode = info.mode if info is not None else "logprobs"
             error = r.error

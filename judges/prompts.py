@@ -158,8 +158,6 @@ STAGE1: dict[str, Mapping[str, str]] = {
     "blind_solution": BLIND_SOLVE,
     "rubric": RUBRIC_GENERATION,
 }
-# fence label under which each stage-1 artifact is shown in stage 2
-STAGE1_LABEL = {"commitment": "COMMITMENT", "blind_solution": "ANSWER", "rubric": "RUBRIC"}
 
 # ---------------------------------------------------------------- stage 2 (scoring)
 

@@ -9,8 +9,9 @@
 - Pointwise (G-Eval): E = Σ_k k·p_k / Σ_k p_k over the score tokens k = 1..5, mapped to [0, 1] as
   (E − 1) / 4.
 - Pairwise: for one presentation order, P(candidate wins) = p_cand / (p_A + p_B), where p_cand is the
-  probability of the candidate's letter. The score is the mean over both orders; the two order
-  scores and whether they prefer the same answer are kept.
+  probability of the candidate's letter (`label_share`). The score is the mean over both orders; the
+  two order scores and whether they prefer the same answer are kept.
+- Yes/No (the LLM oracle): P(violates) = p_Yes / (p_Yes + p_No), the same `label_share`.
 - Unusable probabilities give `None` with a reason: non-finite values, or total mass on the verdict
   tokens below `min_mass` (default `MIN_VERDICT_MASS`). Below that floor the model is not answering
   the verdict question at all (it wants to start some other text), and renormalising a handful of
@@ -105,12 +106,15 @@ def pointwise(probs: Mapping[str, float], min_mass: float = MIN_VERDICT_MASS) ->
     return Reading(dict(probs), (expected - lo) / (hi - lo), None)
 
 
-def pairwise_order(probs: Mapping[str, float], candidate_label: str, min_mass: float = MIN_VERDICT_MASS) -> Reading:
-    """P(candidate wins) in one order = p[candidate_label] / (p["A"] + p["B"])."""
+def label_share(probs: Mapping[str, float], label: str, min_mass: float = MIN_VERDICT_MASS) -> Reading:
+    """P(label) renormalised over the verdict labels read: p[label] / Σ_l p[l].
+
+    A pairwise order's P(candidate wins) is the share of the candidate's letter ("A" when it is shown
+    first, "B" when second); the LLM oracle's P(violates) is the share of "Yes" against "No"."""
     error = _usable(probs, min_mass)
     if error:
         return Reading(dict(probs), None, error)
-    return Reading(dict(probs), probs[candidate_label] / sum(probs.values()), None)
+    return Reading(dict(probs), probs[label] / sum(probs.values()), None)
 
 
 def combine_orders(first: Reading, second: Reading) -> tuple[float | None, str | None, bool | None]:

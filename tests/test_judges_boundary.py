@@ -52,9 +52,15 @@ class RecordingBackend:
         self.greedy_prompts.extend(prompts)
         return ["Stage one output." for _ in prompts]
 
+    def sample(self, prompts, *, n, temperature, max_new_tokens, seed, adapter=True):
+        raise AssertionError("a judge never samples")
+
     def next_token_logprobs(self, prompts, token_ids, *, adapter=True, **kw):
         self.scored.extend(prompts)
         return np.log(np.full((len(prompts), len(token_ids)), 1.0 / len(token_ids)))
+
+    def sequence_logprobs(self, prompts, completions, *, adapter=True):
+        raise AssertionError("a judge reads no sequence log-probabilities")
 
     def adapter_disabled(self):
         return contextlib.nullcontext()

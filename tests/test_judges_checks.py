@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,19 @@ class FakeOracleBackend:
         self.prompts.extend(prompts)
         inv = {v: k for k, v in YesNoTokenizer.VOCAB.items()}
         return np.log(np.array([[self.probs(p).get(inv[t], 1e-300) for t in token_ids] for p in prompts]))
+
+    # the oracle only reads verdict-token probabilities
+    def sample(self, prompts, *, n, temperature, max_new_tokens, seed, adapter=True):
+        raise AssertionError("the oracle never samples")
+
+    def greedy(self, prompts, *, max_new_tokens, adapter=True):
+        raise AssertionError("the oracle never generates")
+
+    def sequence_logprobs(self, prompts, completions, *, adapter=True):
+        raise AssertionError("the oracle reads no sequence log-probabilities")
+
+    def adapter_disabled(self):
+        return contextlib.nullcontext()
 
 
 def _env(kind):

@@ -18,7 +18,7 @@ import pytest
 
 from judges import JUDGES, JudgeItem, build_judge, judge_item
 from judges import prompts as P
-from judges.base import Judge
+from judges.base import Judge, Verdict
 from selfplay.envs.types import Document, Environment, PublicView, StressAnswer
 
 LABELS = ["A", "B", "1", "2", "3", "4", "5", "Yes", "No"]
@@ -102,6 +102,30 @@ def test_anchored_pairwise_score_by_hand():
     assert first_in(v.prompt, CAND) and v.prompt.endswith(P.PAIRWISE_PREFILL)
 
 
+def test_pairwise_verdict_keeps_both_prompts_aligned_with_their_order_scores():
+    """prompts[i] is the prompt whose reading is order_scores[i]: order ab shows the candidate as A,
+    order ba as B. The script answers by the prompt alone (candidate first -> p(A) = 0.8, p(B) = 0.2;
+    else p(A) = 0.4, p(B) = 0.6), so each order score can be recomputed from its own prompt:
+    ab 0.8 / 1 = 0.8 (A's share), ba 0.6 / 1 = 0.6 (B's share)."""
+
+    def script(prompt):
+        return {"A": 0.8, "B": 0.2} if first_in(prompt, CAND) else {"A": 0.4, "B": 0.6}
+
+    backend = ScriptedBackend(script)
+    [v] = build_judge("anchored", backend).score([JudgeItem(PUB, CAND, REF)])
+    ab, ba = v.prompts
+    assert (ab, ba) == tuple(backend.logprob_calls[0])
+    assert first_in(ab, CAND) and first_in(ba, REF) and v.prompt == ab
+    assert v.order_scores == pytest.approx((0.8, 0.6), abs=1e-12)
+    recomputed = [script(p)["A" if first_in(p, CAND) else "B"] / sum(script(p).values()) for p in v.prompts]
+    assert recomputed == pytest.approx(list(v.order_scores), abs=1e-12)
+
+
+def test_a_verdict_refuses_prompts_its_order_scores_do_not_match():
+    with pytest.raises(ValueError, match="one order score per prompt: 2 prompts"):
+        Verdict(0.5, None, order_scores=(0.5,), prompts=("ab", "ba"))
+
+
 def test_anchored_consistent_preference():
     """ab: 0.9/(0.9+0.1) = 0.9; ba (candidate = B): 0.6/(0.2+0.6) = 0.75 -> 0.825, consistent."""
 
@@ -177,6 +201,7 @@ def test_blind_solve_pairwise_against_blind_solution():
 def test_unusable_probabilities_give_none_with_reason(name, probs, reason):
     [v] = build_judge(name, ScriptedBackend(lambda p: probs)).score([JudgeItem(PUB, CAND, REF)])
     assert v.score is None and v.is_nan and reason in v.error
+    assert len(v.order_scores) == len(v.prompts) and all(s is None for s in v.order_scores)
 
 
 def test_one_bad_order_makes_pairwise_none():
@@ -184,7 +209,9 @@ def test_one_bad_order_makes_pairwise_none():
         return {"A": 0.9, "B": 0.1} if first_in(prompt, CAND) else {"A": 1e-6}
 
     [v] = build_judge("anchored", ScriptedBackend(script)).score([JudgeItem(PUB, CAND, REF)])
-    assert v.score is None and v.error.startswith("order ba") and v.order_scores == pytest.approx((0.9,))
+    assert v.score is None and v.error.startswith("order ba")
+    # the unusable order keeps its place: order_scores[1] is None, still aligned with prompts[1]
+    assert v.order_scores[0] == pytest.approx(0.9) and v.order_scores[1] is None and len(v.prompts) == 2
 
 
 def test_min_mass_is_a_parameter():
