@@ -416,3 +416,19 @@ def test_native_gqa_equals_copied_kv_heads(arch, monkeypatch):
                                plain.sequence_logprobs(prompts[:2], [" up", " down"]), atol=1e-5)
     kw = dict(n=3, temperature=1.0, max_new_tokens=8, seed=5)
     assert fast.sample(prompts[:3], **kw) == plain.sample(prompts[:3], **kw)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_static_cache_sampling_equals_the_dynamic_cache(arch, monkeypatch):
+    """The preallocated cache a CPU samples with (after the shared prefill) draws the same samples as
+    the DynamicCache for a fixed seed, and is the cache generate() is handed."""
+    from transformers import StaticCache
+
+    fast, plain = make_backend(arch), make_backend(arch, static_cache=False)
+    handed = []
+    real = fast.model.generate
+    monkeypatch.setattr(fast.model, "generate", lambda **kw: handed.append(type(kw.get("past_key_values"))) or real(**kw))
+    prompts = judge_prompts(fast)[:3]
+    kw = dict(n=3, temperature=1.0, max_new_tokens=8, seed=5)
+    assert fast.sample(prompts, **kw) == plain.sample(prompts, **kw)
+    assert handed and set(handed) == {StaticCache}
