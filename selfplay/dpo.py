@@ -5,13 +5,14 @@ module decides is the data, the length limit and the reference policy, with no s
 
 Reference log-probs are computed here, on the very token ids TRL trains on, just before the step,
 and handed to TRL through its precomputed-reference columns (`ref_chosen_logps`,
-`ref_rejected_logps`, read when `precompute_ref_log_probs=True`):
+`ref_rejected_logps`, which TRL reads once its `precompute_ref_logps` is on; it is switched on after
+the trainer is built, so TRL's own precompute pass, which would be thrown away, never runs):
 - reference="previous" (π_{t-1}): with the adapter on, i.e. the policy as it stands before the step.
 - reference="initial" (π_0): with the adapter disabled, which is π_0 because one adapter carries on
   across iterations and the base weights never change.
 So neither depends on how TRL builds its own reference for a PeftModel. (This TRL release, handed a
 PeftModel that already has an adapter, adds a frozen copy named "ref" and precomputes its own
-columns with it; the copy is deleted and the columns replaced before training, so the optimizer and
+columns with it when asked to; the copy is deleted before training, so the optimizer and
 `save_adapter` only see the one adapter. tests/test_train_dpo.py fails if TRL stops reading the
 columns.)
 
@@ -21,6 +22,10 @@ BOS the template wrote is therefore stripped from the text so both see the same 
 `max_length` is set to the longest prompt+answer of the iteration (EOS included), capped by
 `max_seq_len`; sequences over the cap are counted (`train/truncated`), and pairs whose prompt alone
 reaches the cap, which TRL drops, are counted too (`train/dropped_long_prompts`).
+
+Speed and memory on a CPU (`cpu_fast_paths`, each tested equal to the plain path): each pair's
+prompt runs once for chosen and rejected, TRL's fused head projects only the labelled positions,
+and attention reads the KV heads natively. TRL's loss code runs unchanged on top.
 """
 
 from __future__ import annotations
