@@ -364,7 +364,12 @@ def prompt_shared_once(model, enabled: bool = True) -> Iterator[None]:
     backbone = lm.base_model  # what TRL's fused head and the model's own forward call
     params = inspect.signature(type(backbone).forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
-    if not enabled or lm.config.get_text_config() is not lm.config or cache_kw not in params or "position_ids" not in params:
+    # sliding-window layers (Gemma 3) crop the prefix KV they hand on; those models take the plain forward
+    layers = getattr(lm.config, "layer_types", None) or (["sliding"] if getattr(lm.config, "sliding_window", None)
+                                                         and getattr(lm.config, "use_sliding_window", True) else [])
+    full = all(t == "full_attention" for t in layers)
+    if (not enabled or not full or lm.config.get_text_config() is not lm.config or cache_kw not in params
+            or "position_ids" not in params):
         yield
         return
     plain = backbone.forward

@@ -194,7 +194,7 @@ def trl_batch(backend, pairs):
     return rows, batch, batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
 
 
-@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
 def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
     """The shared-prompt backbone gives TRL's fused head the same per-token log-probs, the same DPO
     loss and the same LoRA gradients as the plain two-row forward (adapter moved off zero so its
@@ -238,7 +238,8 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
         assert fast[2].keys() == plain[2].keys() and len(plain[2]) > 0
         for name in plain[2]:
             torch.testing.assert_close(fast[2][name], plain[2][name], atol=1e-5, rtol=1e-4)
-    assert len(used) == 2 and all(h is not None for h in used)  # the shared runs did take the shortcut
+    # the shared runs did take the shortcut, except on Gemma 3's sliding-window layers
+    assert len(used) == (0 if arch == "tiny-gemma3" else 2) and all(h is not None for h in used)
 
 
 def test_prompt_once_needs_a_shared_prefix():
