@@ -20,7 +20,9 @@ P7  DPO wall s per pair (default training settings, the whole `dpo_step`) ÷ FLO
     6·N FLOP per token over chosen and rejected (LoRA forward + backward 4·N, reference forward 2·N,
     N the base model's parameters) at M's matmul rate
 P8  sampling wall time for k answers of one prompt ÷ (one prefill of the prompt at P1's plain prefill
-    rate + each decode step at M's bandwidth: all weights and the batch's KV cache read once per step)
+    rate + each decode step at M's bandwidth: all weights and the batch's KV cache read once per step);
+    the detail also times the model's own weight matrices through `F.linear` at k rows, the rate
+    the matmuls of a decode step reach on this machine
 S   iteration wall time at 2× the train environments ÷ at 1×
 """
 
@@ -255,10 +257,18 @@ def p8(be, m: dict, prefill_rate: float, repeats: int, k: int, max_new_tokens: i
     weight_bytes = 4 * (n_params(be.model) + n_params(be.model, lora=True))
     decode_bytes = sum(weight_bytes + k * kv_per_token * (plen + i) for i in range(steps))
     ideal = plen / prefill_rate + decode_bytes / m["read_bytes_per_s"]
+    # what the matmuls alone reach at a decode step's shape: the model's own weights, k rows each
+    mats = [p for n, p in be.model.named_parameters() if p.dim() == 2 and "lora_" not in n]
+    rows = {w.shape[1]: torch.randn(k, w.shape[1]) for w in mats}
+    with torch.inference_mode():
+        t_linear = median_time(lambda: [torch.nn.functional.linear(rows[w.shape[1]], w) for w in mats], repeats)
+    linear_rate = sum(w.numel() * 4 for w in mats) / t_linear
     return {"P8_sampling_over_bound": t / ideal,
             "P8_detail": {"k": k, "prompt_tokens": plen, "decode_steps": steps, "cut_at_budget": sum(cut),
                           "sample_s": t, "bound_s": ideal, "prefill_bound_s": plen / prefill_rate,
-                          "decode_bound_s": decode_bytes / m["read_bytes_per_s"]}}
+                          "decode_bound_s": decode_bytes / m["read_bytes_per_s"],
+                          "decode_linear_bytes_per_s": linear_rate,
+                          "decode_s_at_linear_rate": decode_bytes / linear_rate}}
 
 
 def rss_kb() -> int:
