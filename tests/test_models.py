@@ -396,10 +396,10 @@ def test_shared_prefill_sampling_equals_the_plain_path(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_native_gqa_equals_copied_kv_heads(arch, monkeypatch):
-    """Attention on the KV heads as they are (`native_gqa`, the CPU default) against transformers'
+    """Attention on the KV heads as they are (`native_gqa=True`, DPO's CPU path) against transformers'
     copy of each KV head per query head: same next-token log-probs over left-padded prompts, same
     sequence log-probs, same samples for a fixed seed (the tiny models have 4 query and 2 KV heads)."""
-    fast, plain = make_backend(arch), make_backend(arch, native_gqa=False)
+    fast, plain = make_backend(arch, native_gqa=True), make_backend(arch, native_gqa=False)
     cfg = fast.model.config.get_text_config()
     assert cfg.num_key_value_heads < cfg.num_attention_heads
     prompts = judge_prompts(fast)
