@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
+from oracle_fakes import VerdictOnlyBackend
 
 from judges.checks import run_checks, unknown_citations, unsupported_numbers
 from judges.oracle import LLMOracle
@@ -71,7 +70,7 @@ class YesNoTokenizer:
         return [self.VOCAB[text]] if text in self.VOCAB else [9, 9]
 
 
-class FakeOracleBackend:
+class FakeOracleBackend(VerdictOnlyBackend):
     name = "fake"
 
     def __init__(self, probs):
@@ -87,18 +86,6 @@ class FakeOracleBackend:
         inv = {v: k for k, v in YesNoTokenizer.VOCAB.items()}
         return np.log(np.array([[self.probs(p).get(inv[t], 1e-300) for t in token_ids] for p in prompts]))
 
-    # the oracle only reads verdict-token probabilities
-    def sample(self, prompts, *, n, temperature, max_new_tokens, seed, adapter=True):
-        raise AssertionError("the oracle never samples")
-
-    def greedy(self, prompts, *, max_new_tokens, adapter=True):
-        raise AssertionError("the oracle never generates")
-
-    def sequence_logprobs(self, prompts, completions, *, adapter=True):
-        raise AssertionError("the oracle reads no sequence log-probabilities")
-
-    def adapter_disabled(self):
-        return contextlib.nullcontext()
 
 
 def _env(kind):

@@ -3,12 +3,12 @@ group and its builder, and cache rows that round-trip."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import numpy as np
 import pytest
 import yaml
+from oracle_fakes import VerdictOnlyBackend
 
 from judges.oracle import LLMOracle, OracleVerdict
 from judges.verifiers import (
@@ -153,7 +153,7 @@ class YesNoTokenizer:
         return [self.VOCAB[text]] if text in self.VOCAB else [9, 9]
 
 
-class FakeBackend:
+class FakeBackend(VerdictOnlyBackend):
     def __init__(self, p_yes):
         self.tokenizer, self.p_yes, self.name = YesNoTokenizer(), p_yes, "fake"
 
@@ -165,18 +165,6 @@ class FakeBackend:
         p = {1: self.p_yes, 2: 1 - self.p_yes, 3: 1e-300, 4: 1e-300}
         return np.log(np.array([[p[t] for t in token_ids] for _ in prompts]))
 
-    # the oracle only reads verdict-token probabilities
-    def sample(self, prompts, *, n, temperature, max_new_tokens, seed, adapter=True):
-        raise AssertionError("the oracle never samples")
-
-    def greedy(self, prompts, *, max_new_tokens, adapter=True):
-        raise AssertionError("the oracle never generates")
-
-    def sequence_logprobs(self, prompts, completions, *, adapter=True):
-        raise AssertionError("the oracle reads no sequence log-probabilities")
-
-    def adapter_disabled(self):
-        return contextlib.nullcontext()
 
 
 def test_llm_member_uses_backend_for_and_records_its_reason():
