@@ -9,9 +9,10 @@ strings (`row_key`): the answers stage by task id; per-text stages by a hash of 
 the text (and, for the judge, r(e)), so a changed text is a new key, never a stale hit, and
 changing n only adds what is new.
 
-Rows are appended as they are computed, one environment at a time, so an interrupted audit keeps
-what it finished and a rerun computes only what is missing; a torn last line (the write that was
-interrupted) is dropped on read, any other unreadable line is an error.
+Rows are appended as they are computed (one environment at a time; the answers one sampling chunk
+at a time, `StageCache.answers`), so an interrupted audit keeps what it finished and a rerun
+computes only what is missing; a torn last line (the write that was interrupted) is dropped on
+read, any other unreadable line is an error.
 """
 
 from __future__ import annotations
@@ -161,14 +162,34 @@ class StageCache:
                                  else JsonlCache(self.directory / name))
         return self._open[stage]
 
-    def answers(self, task_ids: Sequence[str], compute: Callable[[str], list[str]],
-                progress: Callable[[int], None] | None = None) -> dict[str, list[str]]:
-        """`compute(task_id) -> texts` for every task not cached; the texts by task id."""
-        def rows(task_id: str, keys: list[str]) -> list[dict]:
-            return [{"key": row_key(ANSWERS, task_id), "task_id": task_id, "answers": list(compute(task_id))}]
+    def answers(self, task_ids: Sequence[str], compute: Callable[[list[str]], Sequence[Sequence[str]]], *,
+                chunk: int = 1, progress: Callable[[int], None] | None = None) -> dict[str, list[str]]:
+        """`compute(ids) -> texts of each id`, one call per sampling chunk; the texts by task id.
 
-        got = self._file(ANSWERS).fill({t: [row_key(ANSWERS, t)] for t in task_ids}, rows, progress)
-        return {t: list(got[row_key(ANSWERS, t)]["answers"]) for t in task_ids}
+        The chunks are `task_ids` cut into runs of `chunk`, in order: the answers of a task depend on
+        the tasks sampled with it (one seed and one batch per call), so the chunks must not depend on
+        what is cached. A chunk's rows are written together, each naming its chunk (`chunk`); on
+        resume a chunk none of whose tasks is cached is computed whole, so a resumed audit writes the
+        answers of an uninterrupted one. A partly cached chunk is a write that was cut (its rows name
+        a chunk with a missing task: that chunk is computed again, whole) or rows of another
+        environment set or of an older cache without `chunk`: then its missing tasks are computed as
+        a chunk of their own, the one case whose answers differ from a fresh audit's.
+        """
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1; got {chunk}")
+        file = self._file(ANSWERS)
+        for start in range(0, len(task_ids), chunk):
+            planned = list(task_ids[start : start + chunk])
+            while group := _next_group(file.rows, planned):
+                texts = compute(group)
+                if len(texts) != len(group):
+                    raise CacheError(f"{file.path.name}: {len(texts)} answer lists for the {len(group)} "
+                                     f"tasks of chunk {group}")
+                file.add([{"key": row_key(ANSWERS, t), "task_id": t, "chunk": group, "answers": list(a)}
+                          for t, a in zip(group, texts, strict=True)])
+            if progress is not None:
+                progress(len(planned))
+        return {t: list(file.rows[row_key(ANSWERS, t)]["answers"]) for t in task_ids}
 
     def per_text(self, stage: str, texts: Mapping[str, Sequence[str]],
                  compute: Callable[[str, list[str]], list[Mapping[str, Any]]], *,
@@ -196,6 +217,19 @@ class StageCache:
         return not self._file(stage).missing(row_key(stage, t, x, refs.get(t)) for t, xs in texts.items() for x in xs)
 
 
+def _next_group(rows: Mapping[str, Mapping[str, Any]], planned: list[str]) -> list[str]:
+    """The tasks of `planned` (one chunk) to sample together next; [] when all are cached."""
+    missing = [t for t in planned if row_key(ANSWERS, t) not in rows]
+    if not missing:
+        return []
+    for t in planned:
+        cut = (rows.get(row_key(ANSWERS, t)) or {}).get("chunk")
+        # a cached row of a chunk with a missing task: that chunk's write was cut, sample it again
+        if cut and set(cut) & set(missing) and set(cut) <= set(planned):
+            return list(cut)  # in its recorded order: the order is part of its seed
+    return missing
+
+
 # -- the audit's file names -------------------------------------------------------------------------
 
 def oracle_file(oracle: Any, envs: Sequence[Any], policy: Mapping[str, Any], role: str = "oracle") -> str:
@@ -217,6 +251,9 @@ def checkpoint_files(*, policy: Mapping[str, Any], sample: Mapping[str, Any], re
     import selfplay.envs.prompt
 
     prompt_code = source_hash(selfplay.envs.prompt)
+    # the chunk size shapes the answers (seed and batch per call), so it names their file; chunk 1
+    # stays out of the hash: its answers are those of the audit before chunking, whose files it reads
+    sample = {k: v for k, v in sample.items() if not (k == "chunk" and v == 1)}
     names: dict[str, str | None] = {
         ANSWERS: stage_file(ANSWERS, {"policy": dict(policy), "sample": dict(sample), "code": prompt_code}),
         "judge": stage_file("judge", {"policy": dict(policy), "reward": dict(reward), "judge": judge_model,

@@ -12,13 +12,16 @@ For each audit environment e (SPEC §6):
 5. `build_rows` joins them into one `AnswerRow` per answer.
 
 Every stage is a function of its inputs that returns one row per input text; `collect` runs them
-through an `audit.cache.StageCache` (one environment at a time), which alone decides what is
-already known. Stages built with `lazy` create their model only when some row is missing, so a
-fully cached checkpoint loads no model.
+through an `audit.cache.StageCache`, which alone decides what is already known. Stages built with
+`lazy` create their model only when some row is missing, so a fully cached checkpoint loads no model.
 
-Sampling is seeded per environment (`env_seed`): the answers of e do not depend on which other
-environments were generated in the same call, which is what makes a partially cached rerun give the
-same answers as a fresh one.
+Sampling runs several environments per generate call (`SampleSettings.chunk`, `chunk_size`): the
+backend batches rows of several prompts, which the training loop's sampling does ~2.5x faster per
+environment on 2 CPU cores than one prompt (n rows) per call. The answers of an environment then depend on the other prompts of its
+call, so the chunks are fixed by the order of the audited environments and the chunk size alone,
+and each is seeded by the audit seed and its task ids (`env_seed`); the cache writes a chunk
+together and resumes chunk by chunk (`StageCache.answers`), so a resumed audit writes the answers
+of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class SampleSettings:
     temperature: float
     max_new_tokens: int
     seed: int
+    chunk: int = 1  # environments per generate call (`chunk_size`); part of what the answers are
 
     def __post_init__(self):
         if self.n < 1:
@@ -59,21 +63,34 @@ class SampleSettings:
             raise ValueError(f"temperature must be > 0; got {self.temperature}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
+        if self.chunk < 1:
+            raise ValueError(f"chunk must be >= 1; got {self.chunk}")
 
 
-def env_seed(seed: int, task_id: str) -> int:
-    """The sampling seed of one environment: fixed by the audit seed and the task id alone."""
-    return (seed * 1_000_003 + zlib.crc32(task_id.encode())) % (2**31 - 1)
+def chunk_size(batch_size: int, n: int) -> int:
+    """Environments per `policy.sample` call: the HF backend generates `batch_size // n` prompts (n
+    rows each) per batch, so a chunk of that many fills one batch (n = 4, batch_size = 32 → 8)."""
+    return max(1, batch_size // n)
+
+
+def env_seed(seed: int, task_ids: str) -> int:
+    """The sampling seed of one generate call: fixed by the audit seed and the task ids it samples
+    (newline-joined, in order) alone. Several environments share a call (faster), so the seed names the
+    whole chunk; a chunk of one environment gets the seed its task id alone gave before chunking."""
+    return (seed * 1_000_003 + zlib.crc32(task_ids.encode())) % (2**31 - 1)
 
 
 # -- the stages -------------------------------------------------------------------------------------
 
-def sample_stage(policy: Backend, settings: SampleSettings) -> Callable[[Environment], list[str]]:
-    def sample(env: Environment) -> list[str]:
-        prompt = policy.render(policy_messages(env.public))
-        return list(policy.sample([prompt], n=settings.n, temperature=settings.temperature,
-                                  max_new_tokens=settings.max_new_tokens,
-                                  seed=env_seed(settings.seed, env.task_id), adapter=True)[0])
+def sample_stage(policy: Backend, settings: SampleSettings) -> Callable[[Sequence[Environment]], list[list[str]]]:
+    """n answers of each environment of one chunk, in one `policy.sample` call seeded by the chunk's
+    task ids: the backend batches the rows of several prompts, which a call per environment cannot."""
+    def sample(envs: Sequence[Environment]) -> list[list[str]]:
+        prompts = [policy.render(policy_messages(e.public)) for e in envs]
+        seed = env_seed(settings.seed, "\n".join(e.task_id for e in envs))
+        out = policy.sample(prompts, n=settings.n, temperature=settings.temperature,
+                            max_new_tokens=settings.max_new_tokens, seed=seed, adapter=True)
+        return [list(texts) for texts in out]
     return sample
 
 
@@ -131,10 +148,11 @@ def lazy(make: Callable[[], Callable]) -> Callable:
 
 @dataclass(frozen=True)
 class Stages:
-    sample: Callable[[Environment], list[str]]
+    sample: Callable[[Sequence[Environment]], list[list[str]]]  # one chunk of environments per call
     judge: PerText
     verifiers: Mapping[str, PerText]  # role -> stage; ORACLE is the primary oracle
     kl: PerText | None = None
+    chunk: int = 1  # environments per `sample` call (SampleSettings.chunk)
 
 
 def _bar(total: int, desc: str, show: bool):
@@ -157,12 +175,20 @@ def _run(cache: StageCache, stage: str, envs: Sequence[Environment], texts: Mapp
                               references=references, progress=bar.update)
 
 
+def sample_answers(envs: Sequence[Environment], sample: Callable[[Sequence[Environment]], list[list[str]]],
+                   chunk: int, cache: StageCache, *, show_progress: bool = True) -> dict[str, list[str]]:
+    """The n answers of every environment by task id, sampled `chunk` environments per call in the
+    order of `envs` (what fixes the chunks), computing only what `cache` lacks."""
+    by_id = {e.task_id: e for e in envs}
+    with _bar(len(envs), "audit: generate", show_progress) as bar:
+        return cache.answers([e.task_id for e in envs], lambda ids: sample([by_id[t] for t in ids]),
+                             chunk=chunk, progress=bar.update)
+
+
 def collect(envs: Sequence[Environment], stages: Stages, cache: StageCache, *,
             show_progress: bool = True) -> list[AnswerRow]:
     """Every AnswerRow of one checkpoint, computing only what `cache` lacks."""
-    by_id = {e.task_id: e for e in envs}
-    with _bar(len(envs), "audit: generate", show_progress) as bar:
-        answers = cache.answers([e.task_id for e in envs], lambda tid: stages.sample(by_id[tid]), bar.update)
+    answers = sample_answers(envs, stages.sample, stages.chunk, cache, show_progress=show_progress)
     refs = {e.task_id: e.reference_answer for e in envs}
     judged = _run(cache, "judge", envs, {e.task_id: _judged_texts(e, answers[e.task_id]) for e in envs},
                   stages.judge, show_progress, refs)

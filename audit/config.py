@@ -58,7 +58,7 @@ class AuditConfig:
     # the file exists
     labelled: bool = True
     kl: bool = True  # estimate KL(π_t ‖ π_0) from the audit's samples (two log-prob passes per answer)
-    batch_size: int = 8  # hf backend batch size
+    batch_size: int = 8  # hf backend batch size; the audit samples batch_size // n environments per call
     device: str | None = None  # null: cuda when available, else cpu
     progress: bool = True  # tqdm bars
     # the `logger` group shared with selfplay.train: kind wandb (one run per seed, offline by
@@ -88,9 +88,13 @@ class AuditConfig:
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that shape the numbers (what audit.json records); not paths or display."""
+        from .collect import chunk_size
+
         d = asdict(self)
         for k in ("ckpt", "progress", "logger", "batch_size", "device"):
             d.pop(k)
+        # how many environments share a generate call shapes the answers (audit.collect.chunk_size)
+        d["sample_chunk"] = chunk_size(self.batch_size, self.n)
         return d
 
 

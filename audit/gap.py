@@ -47,6 +47,7 @@ from .collect import (
     ORACLE2,
     SampleSettings,
     Stages,
+    chunk_size,
     collect,
     judge_stage,
     kl_stage,
@@ -224,7 +225,7 @@ def checkpoint_stages(cfg: AuditConfig, settings: Settings, ckpt: Checkpoint, sa
 
     return Stages(sample=lazy(lambda: sample_stage(policy(), sample)), judge=lazy(judge),
                   verifiers=verifier_stages(oracles, policy, pool),
-                  kl=lazy(lambda: kl_stage(policy())) if cfg.kl else None)
+                  kl=lazy(lambda: kl_stage(policy())) if cfg.kl else None, chunk=sample.chunk)
 
 
 def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSettings, oracles: Mapping[str, Any],
@@ -238,7 +239,7 @@ def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSetting
 
 def sample_settings(cfg: AuditConfig, settings: Settings) -> SampleSettings:
     return SampleSettings(
-        n=cfg.n, seed=cfg.seed,
+        n=cfg.n, seed=cfg.seed, chunk=chunk_size(cfg.batch_size, cfg.n),
         temperature=cfg.temperature if cfg.temperature is not None else settings.train.temperature,
         max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else settings.train.max_new_tokens,
     )
