@@ -23,7 +23,12 @@ a crash keeps what was done):
   weights + LoRA params + their grads + AdamW's two fp32 moments per LoRA param (activations,
   logits and the reference pass come on top of it).
 
-Imports only torch, transformers, peft, trl, accelerate and the standard library (plus `datasets`
+Then, when vLLM and this project both import, the vLLM part (`gpu_check_vllm.py`, under the key
+`vllm`): the project's VLLMBackend against its HF path on SmolLM2-135M with a LoRA adapter —
+generation tokens/s of both, chosen-token log-prob agreement, sleep and wake; otherwise that key
+says why it was skipped.
+
+Apart from that part, it imports only torch, transformers, peft, trl, accelerate and the standard library (plus `datasets`
 and `tokenizers`, which trl and transformers install as their own requirements), never the
 project's packages, so it runs on a bare CUDA machine. Without CUDA it exits with status 2 and a
 one-line message; `--help` never touches CUDA. Random weights make the timings those of the real
@@ -420,6 +425,25 @@ def _environment() -> dict:
     }
 
 
+def _vllm_part(settings: Settings) -> dict:
+    """The project's vLLM backend against its HF path (gpu_check_vllm.py), when both import; the
+    rest of this script stays runnable on a bare CUDA machine without them."""
+    import importlib.util
+
+    missing = [m for m in ("vllm", "selfplay") if importlib.util.find_spec(m) is None]
+    if missing:
+        return {"skipped": f"not importable here: {', '.join(missing)}"}
+    try:
+        try:  # run as a script (python experiments/gpu_check.py) or imported as a package module
+            from gpu_check_vllm import check
+        except ImportError:
+            from experiments.gpu_check_vllm import check
+
+        return check(batch=settings.batch, k=4, new_tokens=settings.new_tokens, seed=settings.seed)
+    except Exception as err:  # the 4B numbers above are kept whatever happens here
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Speed and memory of random-weight Qwen3-4B / Gemma-3-4B (bf16, transformers) "
@@ -510,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         torch.cuda.empty_cache()
         args.out.write_text(json.dumps(results, indent=2) + "\n")
+    results["vllm"] = _vllm_part(settings)
+    failed = failed or "error" in results["vllm"]
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     print(f"gpu_check: wrote {args.out}", file=sys.stderr)
     return 1 if failed else 0

@@ -94,9 +94,17 @@ def test_imports_only_the_allowed_packages():
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             imported.add(node.module.split(".")[0])
-    third_party = imported - set(sys.stdlib_module_names) - {"__future__"}
+    # the vLLM part is the sibling gpu_check_vllm.py, imported lazily once vllm and the project import
+    third_party = imported - set(sys.stdlib_module_names) - {"__future__", "gpu_check_vllm", "experiments"}
     assert third_party <= ALLOWED_THIRD_PARTY, third_party - ALLOWED_THIRD_PARTY
     assert {"torch", "transformers", "peft", "trl"} <= third_party
+
+
+def test_vllm_part_says_why_it_is_skipped_without_vllm():
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is importable here; tests/vllm_real runs the part itself")
+    settings = gpu_check.Settings(batch=2, new_tokens=4)
+    assert gpu_check._vllm_part(settings) == {"skipped": "not importable here: vllm"}
 
 
 # Hand-derived parameter counts, embeddings tied (counted once):
