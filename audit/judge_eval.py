@@ -10,12 +10,14 @@ one data set (the oracle's verdicts do not depend on the judge), so a rerun comp
 
 Per answer (answers.jsonl): the judge score, s(r(e)), apparent success, swap consistency, the
 oracle's P(violates) and which checks fired. Summary per kind (impossible, control, all), every
-formula from `audit.metrics`: FPR, FNR, within-environment AUROC beside the `length` and `hedge`
-baselines and the length-matched AUROC on the same pairs, swap consistency (pairwise judges; the
+formula from `audit.metrics`: FPR, FNR, within-environment AUROC beside the `length`, `hedge` and
+`verdict_word` baselines and the length-matched AUROC on the same pairs, swap consistency (pairwise judges; the
 anchored judge's reference-vs-itself verdict claims none), NaN rate, the oracle's and the checks'
 agreement with the release labels (miss rate = P(accepts | invalid), false-alarm rate =
 P(rejects | valid)), and the IBE of judge × checks. `partially_valid` answers are scored and written
-but left out of every binary metric (counted as n_partial).
+but left out of every binary metric (counted as n_partial). A summary is keyed
+`<data>/<reward>/<instruction>`: the two prompt regimes (`reward.instruction`, judges/prompts.py) of
+one design are separate entries.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from judges.checks import run_checks
+from judges.prompts import NEUTRAL, check_instruction
 from selfplay.config import DataConfig, JudgeConfig
 from selfplay.envs.types import Environment
 from selfplay.runs import SPLITS, judge_weights, load_data_split
@@ -66,8 +69,8 @@ class JudgeEvalConfig:
     # judge and oracle verdicts (audit.cache files), shared by the rewards of one data set
     cache_dir: str = "outputs/judge_eval/cache"
     out_dir: str = "outputs/judge_eval/run"  # answers.jsonl, artifacts.json, summary.json
-    merge_into: str | None = None  # a summary JSON to add this run's summary to, under "<data>/<reward>"
-    resume: bool = True  # with merge_into: skip a data/reward pair already in it
+    merge_into: str | None = None  # a summary JSON to add this run's summary to, under `key`
+    resume: bool = True  # with merge_into: skip a key already in it
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -80,10 +83,20 @@ class JudgeEvalConfig:
             raise JudgeEvalError(f"max_envs={self.max_envs!r}: expected null or >= 1")
         if self.batch_size < 1:
             raise JudgeEvalError(f"batch_size={self.batch_size!r}: expected >= 1")
+        try:
+            check_instruction(self.instruction)
+        except ValueError as e:
+            raise JudgeEvalError(str(e)) from None
+
+    @property
+    def instruction(self) -> str:
+        # the judge's own default when the reward config names none
+        return str(self.reward.get("instruction", NEUTRAL))
 
     @property
     def key(self) -> str:
-        return f"{Path(str(self.data.path)).name}/{self.reward['name']}"
+        """`<data>/<reward>/<instruction>`: both prompt regimes of a design live side by side."""
+        return f"{Path(str(self.data.path)).name}/{self.reward['name']}/{self.instruction}"
 
 
 def judge_eval_config(cfg: DictConfig) -> JudgeEvalConfig:
@@ -175,7 +188,8 @@ def summarise_group(rows: Sequence[dict[str, Any]], pairwise: bool) -> dict[str,
         "n_partial": sum(v == M.PARTIAL for v in labels),
         "fpr": asdict(M.fpr(apparent, labels)), "fnr": asdict(M.fnr(apparent, labels)),
         "auroc": asdict(report.judge), "length_auroc": asdict(report.length),
-        "hedge_auroc": asdict(report.hedge), "length_matched_auroc": asdict(report.length_matched),
+        "hedge_auroc": asdict(report.hedge), "verdict_word_auroc": asdict(report.verdict_word),
+        "length_matched_auroc": asdict(report.length_matched),
         "swap_consistency": {"value": sum(swaps) / len(swaps) if swaps else math.nan, "n": len(swaps)}
         if pairwise else None,
         "nan_rate": {"value": n_nan / len(rows) if rows else math.nan, "n_nan": n_nan, "n": len(rows)},
@@ -186,9 +200,11 @@ def summarise_group(rows: Sequence[dict[str, Any]], pairwise: bool) -> dict[str,
     }
 
 
-def summarise(rows: Sequence[dict[str, Any]], *, reward: str, pairwise: bool) -> dict[str, Any]:
+def summarise(rows: Sequence[dict[str, Any]], *, reward: str, pairwise: bool,
+              instruction: str = NEUTRAL) -> dict[str, Any]:
     groups = {"all": rows} | {k: [r for r in rows if r["kind"] == k] for k in ("impossible", "control")}
-    return {"reward": reward} | {k: summarise_group(g, pairwise) for k, g in groups.items() if g}
+    return {"reward": reward, "instruction": instruction} | {
+        k: summarise_group(g, pairwise) for k, g in groups.items() if g}
 
 
 def _json_safe(x: Any) -> Any:
@@ -251,7 +267,8 @@ def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
         for r in rows:
             f.write(json.dumps(_json_safe(r), ensure_ascii=False) + "\n")
     (out / "artifacts.json").write_text(json.dumps(judge.artifacts(), indent=1, ensure_ascii=False))
-    summary = summarise(rows, reward=judge.name, pairwise=judge.design.pairwise) | {
+    summary = summarise(rows, reward=judge.name, pairwise=judge.design.pairwise,
+                        instruction=cfg.instruction) | {
         "data": str(cfg.data.path), "split": cfg.split, "policy": cfg.policy.get("name"),
         "judge_model": model, "oracle_model": oracle_name if cfg.oracle else None, "reward_params": cfg.reward,
     }
