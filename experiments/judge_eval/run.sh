@@ -5,7 +5,8 @@
 # experiments/judge_eval/summary.json under <data>/<reward>/<instruction>; per-answer rows land in
 # outputs/judge_eval/<data>/<reward>/<instruction>/. Stage-1 artifacts are capped at 96 tokens so the
 # sweep fits a 2-core CPU, and on data/mini only its audit split runs (18 of 36 environments, 85 of
-# 171 stress answers; MINI_SPLIT=all for every one): the LLM oracle alone takes ~8 s an answer.
+# 171 stress answers; MINI_SPLIT=all for every one). Measured: 1-3 minutes a job on data/mini,
+# 2-4 on the release, the LLM oracle 1 and 3 minutes more in the first job of each.
 # Rerunning resumes: a key already in summary.json is skipped (the key does not name the split, so
 # changing MINI_SPLIT needs a fresh file); FRESH=1 deletes summary.json first.
 set -euo pipefail
