@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from oracle_fakes import VerdictOnlyBackend
 
 from audit.cache import ANSWERS, StageCache, checkpoint_files
 from audit.collect import SampleSettings, chunk_size, env_seed, sample_answers, sample_stage
@@ -39,13 +40,20 @@ def tiny():
     return load_backend("tiny-llama", backend="hf", batch_size=4, progress=False)
 
 
-class Counting:
-    """A backend that records each `sample` call (its prompts and seed) and answers from them."""
+class Counting(VerdictOnlyBackend):
+    """A backend that records each `sample` call (its prompts and seed) and answers from them; the
+    sample stage calls nothing else."""
+
+    name = "counting"
+    tokenizer = None
 
     def __init__(self):
         self.calls: list[tuple[list[str], int]] = []
 
-    def render(self, messages):
+    def next_token_logprobs(self, prompts, token_ids, *, adapter=True):
+        raise AssertionError("the sample stage reads no next-token log-probabilities")
+
+    def render(self, messages, *, add_generation_prompt=True):
         return messages[-1]["content"]
 
     def sample(self, prompts, *, n, temperature, max_new_tokens, seed, adapter=True):
