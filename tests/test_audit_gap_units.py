@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from audit import stats as S
-from audit.checkpoints import CheckpointError, find_checkpoints
 from audit.cache import CacheError, JsonlCache
+from audit.checkpoints import CheckpointError, find_checkpoints
 from audit.records import AnswerRow
 from audit.results import build_results, csv_rows, dumps
 from audit.summary import StatsSettings, seed_metrics
