@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.3,
+                    help="vLLM's share of GPU memory (on the CPU build: of the KV-cache budget)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     for name in ("batch", "k", "new_tokens"):
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("gpu_check_vllm: vLLM is not importable here; nothing was measured", file=sys.stderr)
         return 2
-    report = check(args.policy, batch=args.batch, k=args.k, new_tokens=args.new_tokens, seed=args.seed)
+    report = check(args.policy, batch=args.batch, k=args.k, new_tokens=args.new_tokens, seed=args.seed,
+                   gpu_memory_utilization=args.gpu_memory_utilization)
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
