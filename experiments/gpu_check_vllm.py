@@ -39,16 +39,6 @@ COMPLETIONS = (" A delta is land built by river sediment.", " Air scatters blue 
                " Wires, pipes and coins.", " Lower gears trade speed for force.")
 
 
-def _perturb(model, seed: int) -> None:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_((torch.randn(p.shape, generator=g) * 0.05).to(p.device, p.dtype))
-
-
 def _tokens(tokenizer, texts) -> int:
     return sum(len(ids) for ids in tokenizer([str(t) for t in texts], add_special_tokens=False)["input_ids"])
 
@@ -70,6 +60,7 @@ def check(policy: str = "smollm2-135m", *, batch: int = 4, k: int = 4, new_token
     from vllm.platforms import current_platform
 
     from selfplay.models import LoraSettings, PolicyConfig
+    from selfplay.models.adapter_noise import perturb_lora
     from selfplay.models.vllm_backend import VLLMBackend
 
     cuda = torch.cuda.is_available()
@@ -79,7 +70,7 @@ def check(policy: str = "smollm2-135m", *, batch: int = 4, k: int = 4, new_token
     vb = VLLMBackend.from_config(cfg, lora=lora, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
                                  engine=engine, progress=False)
     hf = vb.trainable
-    _perturb(hf.model, seed=seed + 1)
+    perturb_lora(hf.model, seed=seed + 1)
     with tempfile.TemporaryDirectory() as tmp:
         vb.save_adapter(Path(tmp) / "adapter")
         questions = (QUESTIONS * (batch // len(QUESTIONS) + 1))[:batch]

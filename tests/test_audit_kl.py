@@ -11,6 +11,7 @@ from audit.records import AnswerRow
 from audit.summary import StatsSettings, seed_metrics
 from selfplay.envs.prompt import policy_messages
 from selfplay.models import load_backend
+from selfplay.models.adapter_noise import perturb_lora
 from selfplay.runs import load_data_split
 
 
@@ -35,10 +36,7 @@ def test_kl_stage_on_a_tiny_model_matches_a_hand_computation():
     stage = kl_stage(backend)
     assert [r["logp"] - r["logp0"] for r in stage(env, texts)] == [0.0, 0.0]
 
-    gen = torch.Generator().manual_seed(0)
-    for name, param in backend.model.named_parameters():
-        if "lora_B" in name:
-            param.data = torch.randn(param.shape, generator=gen) * 0.5
+    perturb_lora(backend.model, seed=0, scale=0.5)
     rows = stage(env, texts)
     prompt = backend.render(policy_messages(env.public))
     for text, row in zip(texts, rows, strict=True):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from selfplay.models import LoraSettings, ModelUnavailableError, PolicyConfig, load_backend, render
+from selfplay.models.adapter_noise import perturb_lora
 from selfplay.models.backend import Backend
 from selfplay.models.chat import fold_system
 from selfplay.models.config import POLICY_DIR
@@ -136,11 +137,7 @@ def test_adapter_switch(arch, tmp_path):
     fresh_off = b.next_token_logprobs(prompts, tokens, adapter=False)
     np.testing.assert_allclose(fresh_on, fresh_off, atol=1e-6)  # PEFT init: B = 0, a no-op
 
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(0)
-        for name, p in b.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    perturb_lora(b.model, seed=0, scale=0.5)
     on = b.next_token_logprobs(prompts, tokens)
     off = b.next_token_logprobs(prompts, tokens, adapter=False)
     assert np.abs(on - off).max() > 1e-3

@@ -8,6 +8,7 @@ import torch
 
 from selfplay import dpo
 from selfplay.dpo import DPOSettings, dataset_rows, dpo_step, plan_lengths, trl_prompt
+from selfplay.models.adapter_noise import perturb_lora
 from selfplay.pairs import Pair
 
 
@@ -62,11 +63,7 @@ def moved():
     """A fresh tiny policy whose adapter has moved away from π_0 (B matrices set to seeded noise),
     so adapter on and off give different log-probs."""
     b = load_tiny()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in b.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    perturb_lora(b.model, seed=0, scale=0.5)
     return b
 
 
@@ -205,11 +202,7 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
 
     b = load_backend(arch, backend="hf", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
                      progress=False)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in b.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    perturb_lora(b.model, seed=1, scale=0.3)
     add_fused_lm_head(b.model.get_base_model())
     pairs = make_pairs(b) + [Pair("c", make_pairs(b)[0].prompt, "Yes, it is a prime number.", "Yes.", 0, 1, 0.7, 0.2)]
     _, batch, labels = trl_batch(b, pairs)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from judges import JudgeItem, build_judge
 from selfplay.envs.types import Document, PublicView
 from selfplay.models import LoraSettings, PolicyConfig
+from selfplay.models.adapter_noise import perturb_lora
 from selfplay.models.vllm_backend import VLLMBackend
 
 TOL = 1e-4
@@ -25,21 +25,12 @@ QUESTIONS = ["What is the capital of France?", "Name a prime number larger than 
 COMPLETIONS = [" Paris is the capital.", " Thirteen.", " No, it is usually blue."]
 
 
-def perturb(model, seed: int) -> None:
-    """Set every LoRA B matrix to seeded noise: a 'trained' adapter without training."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-
-
 @pytest.fixture(scope="module")
 def vb(tmp_path_factory):
     b = VLLMBackend.from_config(PolicyConfig.named("smollm2-135m"), lora=LORA, gpu_memory_utilization=0.15,
                                 engine=ENGINE, device="cpu", progress=False)
     assert b.llm.llm_engine.model_config.max_model_len == 2048 and b.max_model_len == 2048
-    perturb(b.trainable.model, seed=1)
+    perturb_lora(b.trainable.model, seed=1)
     b.save_adapter(tmp_path_factory.mktemp("adapter") / "a")
     return b
 
@@ -116,7 +107,7 @@ def test_a_swapped_adapter_is_served_fresh(vb, prompts, tmp_path, close):
     path = vb._lora.lora_path
     before = vb.sequence_logprobs(prompts, COMPLETIONS)
     first = {k: v.clone() for k, v in vb.trainable.model.state_dict().items() if "lora_" in k}
-    perturb(vb.trainable.model, seed=2)
+    perturb_lora(vb.trainable.model, seed=2)
     vb.save_adapter(path)
     swapped = vb.sequence_logprobs(prompts, COMPLETIONS)
     assert np.max(np.abs(swapped - before)) > 100 * TOL
