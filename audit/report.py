@@ -24,6 +24,7 @@ and verified success on impossible environments against √KL(π_t ‖ π_0).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -100,15 +101,55 @@ def merge(docs: Sequence[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
             "rewards": rewards}
 
 
+TRAIN_COLUMNS = (  # (metrics.json key, column heading), in the table's order
+    ("pairs/kept", "pairs kept"), ("train/steps", "optimizer steps"), ("train/loss", "DPO loss"),
+    ("train/rewards_chosen", "reward chosen"), ("train/rewards_rejected", "reward rejected"),
+    ("train/rewards_margin", "reward margin"), ("train/rewards_accuracy", "reward accuracy"),
+    ("train/grad_norm", "grad norm"), ("sample/truncated_share", "truncated samples"),
+    ("judge/score_mean", "judge score mean"), ("judge/score_std", "judge score sd"),
+)
+
+
+COUNTS = ("pairs/kept", "train/steps")
+
+
+def _count(x: Any) -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else str(int(x))
+
+
+def train_metrics(audit_path: Path, doc: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """reward -> seed -> t -> the `metrics.json` the training loop wrote for that checkpoint
+    (checkpoints are relative to the audit's directory); t = 0 (π_0, nothing trained) and a checkpoint
+    whose metrics.json is not beside the audit are left out."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for reward, entry in doc["rewards"].items():
+        for seed, s in entry["seeds"].items():
+            for t, it in s["iterations"].items():
+                f = audit_path.parent / str(it.get("checkpoint", "")) / "metrics.json"
+                if int(t) == 0 or not f.is_file():
+                    continue
+                try:
+                    m = json.loads(f.read_text())
+                except ValueError as e:
+                    raise ReportError(f"{f}: not valid JSON ({e})") from None
+                out.setdefault(reward, {}).setdefault(seed, {})[t] = m
+    return out
+
+
 def load_dir(root: Path) -> dict[str, Any]:
     paths = find_audits(root)
     docs = []
+    train: dict[str, Any] = {}
     for p in paths:
         try:
             docs.append((p, load_results(p)))
         except ValueError as e:
             raise ReportError(str(e)) from None
-    return merge(docs)
+        for reward, seeds in train_metrics(p, docs[-1][1]).items():
+            train.setdefault(reward, {}).update(seeds)
+    doc = merge(docs)
+    doc["train"] = train
+    return doc
 
 
 # -- tables -----------------------------------------------------------------------------------------
@@ -340,6 +381,29 @@ def calibration_section(doc: Mapping[str, Any]) -> list[str]:
     return lines + ["", "Gate:", "", *gates, ""]
 
 
+def train_section(doc: Mapping[str, Any]) -> list[str]:
+    """The training loop's own record of every trained iteration (SPEC §5): pairs, steps, the DPO
+    loss and implicit rewards, and the share of samples cut at the answer budget."""
+    train = doc.get("train") or {}
+    lines = ["## Training per iteration (`iter_<t>/metrics.json`)", ""]
+    if not train:
+        return lines + ["No training metrics beside the audited checkpoints.", ""]
+    lines += ["| reward | seed | t | " + " | ".join(h for _, h in TRAIN_COLUMNS) + " | pairs dropped |",
+              "|---" * (len(TRAIN_COLUMNS) + 4) + "|"]
+    for reward in sorted(train):
+        for seed in sorted(train[reward], key=int):
+            for t in sorted(train[reward][seed], key=int):
+                rec = train[reward][seed][t]
+                m = rec.get("metrics", rec)
+                drops = sorted((k.split("/", 1)[1].removeprefix("dropped_"), int(v)) for k, v in m.items()
+                               if k.startswith("pairs/dropped_") and v)
+                lines.append(f"| {reward} | {seed} | {t} | "
+                             + " | ".join(_count(m.get(k)) if k in COUNTS else _num(m.get(k))
+                                          for k, _ in TRAIN_COLUMNS) + " | "
+                             + (", ".join(f"{n} {why}" for why, n in drops) or "none") + " |")
+    return lines + [""]
+
+
 # -- the document -----------------------------------------------------------------------------------
 
 def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
@@ -355,6 +419,7 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
                   f"B = {boot.get('B')} environment resamples, seed {settings.get('seed')}, "
                   f"oracle {_oracle_label(settings.get('oracle'))}.", ""]
     lines += calibration_section(doc)
+    lines += train_section(doc)
     lines += ["Cells: mean over seeds [95% t interval over seeds]; `*` marks a reward with one seed, "
               "whose cell is that seed's value [95% environment-bootstrap interval]. "
               "— = undefined (e.g. no invalid answer for an FPR); `unverified` = withheld by the oracle "
