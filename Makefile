@@ -48,12 +48,13 @@ lint: install
 warm-start: install
 	$(PY) -m selfplay.sft smollm2-135m-sft
 
-# The CPU demo: the positive control `decisive` and the `anchored` judge on the mini set, T = 3,
-# every iteration audited (n = 4 answers on each of the 18 audit environments, spec + checks oracle).
+# The CPU demo: the positive control `decisive` and the judge designs `anchored` and `commit_first`
+# on the mini set, T = 3, every iteration audited (n = 4 answers on each of the 18 audit environments,
+# spec + checks oracle). About an hour on 2 cores (experiments/results/demo/README.md).
 DEMO := outputs/demo
 demo: warm-start
 	$(PY) -m selfplay.envs data/mini > /dev/null
-	$(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=demo reward=decisive,anchored
+	$(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=demo reward=decisive,anchored,commit_first
 	$(PY) -m audit.gap ckpt=$(DEMO) n=4 batch_size=32
 	$(PY) -m audit.report $(DEMO)
 	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
