@@ -259,7 +259,9 @@ def checkpoint_files(*, policy: Mapping[str, Any], sample: Mapping[str, Any], re
         "judge": stage_file("judge", {"policy": dict(policy), "reward": dict(reward), "judge": judge_model,
                                       "identity": identity,
                                       "code": source_hash(judges.prompts, judges.designs)}),
-        "kl": stage_file("kl", {"policy": dict(policy), "weights": weights, "code": prompt_code}),
+        # the log-probs are tempered like the draws (collect.kl_stage), so the temperature names them
+        "kl": stage_file("kl", {"policy": dict(policy), "weights": weights, "code": prompt_code,
+                                "temperature": sample.get("temperature")}),
     }
     for role, oracle in oracles.items():
         names[role] = oracle_file(oracle, envs, policy, role)

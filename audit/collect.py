@@ -7,8 +7,8 @@ For each audit environment e (SPEC §6):
 3. `verifier_stage`: each verifier (the primary oracle, a second one when configured, the
    deterministic checks) gives its verdict on every policy answer and every stress answer (against
    the release labels that measures the verifier itself, see audit.calibration);
-4. `kl_stage`: log π_t(a) − log π_0(a) of every policy answer (adapter on minus off) and its length
-   in tokens, from which the audit estimates KL(π_t ‖ π_0) on its own samples;
+4. `kl_stage`: log π_t(a) − log π_0(a) of every policy answer (adapter on minus off, both at the
+   sampling temperature) and its length in tokens, from which the audit estimates KL(π_t ‖ π_0) on its own samples;
 5. `build_rows` joins them into one `AnswerRow` per answer.
 
 Every stage is a function of its inputs that returns one row per input text; `collect` runs them
@@ -119,14 +119,19 @@ def verifier_stage(verify: Callable[[list[tuple[Environment, str]]], Sequence[An
     return run
 
 
-def kl_stage(policy: Backend) -> PerText:
+def kl_stage(policy: Backend, temperature: float = 1.0) -> PerText:
     """Per answer: log π_t(a) − log π_0(a) under the policy prompt (adapter on minus off) and the
-    number of answer tokens, so the KL can be read per answer and per token."""
+    number of answer tokens, so the KL can be read per answer and per token.
+
+    Both log-probs are taken at the temperature the answers were sampled at. The answers are
+    draws from π_t at that temperature, so the mean log-ratio is then an unbiased estimate of the
+    KL between the two distributions the audit really samples, which is ≥ 0; scored at
+    temperature 1 instead, the mean over tempered draws is no KL at all and can go negative."""
     def run(env: Environment, texts: list[str]) -> list[dict[str, Any]]:
         prompt = policy.render(policy_messages(env.public))
         prompts = [prompt] * len(texts)
-        on = policy.sequence_logprobs(prompts, texts, adapter=True)
-        off = policy.sequence_logprobs(prompts, texts, adapter=False)
+        on = policy.sequence_logprobs(prompts, texts, adapter=True, temperature=temperature)
+        off = policy.sequence_logprobs(prompts, texts, adapter=False, temperature=temperature)
         tokens = [len(ids) for ids in policy.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
         return [{"logp": float(a), "logp0": float(b), "tokens": int(n)}
                 for a, b, n in zip(on, off, tokens, strict=True)]

@@ -225,7 +225,7 @@ def checkpoint_stages(cfg: AuditConfig, settings: Settings, ckpt: Checkpoint, sa
 
     return Stages(sample=lazy(lambda: sample_stage(policy(), sample)), judge=lazy(judge),
                   verifiers=verifier_stages(oracles, policy, pool),
-                  kl=lazy(lambda: kl_stage(policy())) if cfg.kl else None, chunk=sample.chunk)
+                  kl=lazy(lambda: kl_stage(policy(), sample.temperature)) if cfg.kl else None, chunk=sample.chunk)
 
 
 def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSettings, oracles: Mapping[str, Any],

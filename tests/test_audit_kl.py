@@ -15,13 +15,13 @@ from selfplay.models.adapter_noise import perturb_lora
 from selfplay.runs import load_data_split
 
 
-def _by_hand(backend, prompt: str, text: str) -> float:
-    """Σ log softmax(logits)[next token] over the answer's tokens, one plain forward pass."""
+def _by_hand(backend, prompt: str, text: str, temperature: float = 1.0) -> float:
+    """Σ log softmax(logits / temperature)[next token] over the answer's tokens, one plain forward pass."""
     p = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     c = backend.tokenizer(text, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([p + c])
     with torch.no_grad():
-        logp = torch.log_softmax(backend.model(input_ids=ids).logits[0].float(), dim=-1)
+        logp = torch.log_softmax(backend.model(input_ids=ids).logits[0].float() / temperature, dim=-1)
     return float(sum(logp[len(p) - 1 + i, tok] for i, tok in enumerate(c)))
 
 
@@ -47,6 +47,28 @@ def test_kl_stage_on_a_tiny_model_matches_a_hand_computation():
         assert row["logp0"] == pytest.approx(off, abs=1e-4)
         assert row["tokens"] == len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
         assert abs(on - off) > 1e-3  # the perturbed adapter really moved the policy
+
+
+def test_kl_stage_scores_at_the_sampling_temperature():
+    """Answers drawn at τ = 0.7 are scored under softmax(logits / 0.7), adapter on and off, so the
+    mean log-ratio estimates the KL of the distributions really sampled; at τ = 1 the scores differ."""
+    backend = load_backend("tiny-llama", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+                           progress=False)
+    env = load_data_split(type("D", (), {"path": "data/mini", "splits": None})(), "all")[0]
+    texts = ["The evidence does not support a figure.", "Revenue rose 12% in 2023 [D1]."]
+    perturb_lora(backend.model, seed=0, scale=0.5)
+    prompt = backend.render(policy_messages(env.public))
+    rows = kl_stage(backend, 0.7)(env, texts)
+    plain = kl_stage(backend)(env, texts)
+    for text, row, row1 in zip(texts, rows, plain, strict=True):
+        on = _by_hand(backend, prompt, text, 0.7)
+        with backend.adapter_disabled():
+            off = _by_hand(backend, prompt, text, 0.7)
+        assert row["logp"] == pytest.approx(on, abs=1e-4)
+        assert row["logp0"] == pytest.approx(off, abs=1e-4)
+        assert abs(row["logp"] - row1["logp"]) > 1e-2
+    with pytest.raises(ValueError, match="temperature"):
+        backend.sequence_logprobs([prompt], [texts[0]], temperature=0.0)
 
 
 def _row(env: str, j: int, log_ratio: float, tokens: int) -> AnswerRow:

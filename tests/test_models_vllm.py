@@ -313,6 +313,10 @@ def test_sequence_logprobs_sum_the_completion_prompt_logprobs(monkeypatch, token
     call = b.llm.calls[-1]
     assert call["prompts"] == [{"prompt_token_ids": p + c}]  # the empty completion is not sent
     assert call["params"][0].prompt_logprobs == 0
+    n_calls = len(b.llm.calls)
+    with pytest.raises(ValueError, match="temperature 1 only"):  # raw prompt log-probs cannot be tempered
+        b.sequence_logprobs(["Q"], [" four"], temperature=0.7)
+    assert len(b.llm.calls) == n_calls
 
 
 @pytest.mark.parametrize("cpu", [False, True], ids=["cuda-build", "cpu-build"])

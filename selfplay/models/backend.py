@@ -72,9 +72,11 @@ class Backend(Protocol):
         """
 
     def sequence_logprobs(
-        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True
+        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True,
+        temperature: float = 1.0,
     ) -> np.ndarray:
-        """Sum of log p(completion tokens | prompt), shape [len(prompts)]."""
+        """Sum of log p(completion tokens | prompt), shape [len(prompts)], under the distribution
+        that sampling at `temperature` draws from (softmax of logits / temperature)."""
 
     def adapter_disabled(self) -> AbstractContextManager[None]:
         """Context in which the model runs as π_0 (LoRA off, no second copy)."""

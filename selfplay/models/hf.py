@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -223,8 +224,11 @@ class HFBackend:
         return out
 
     def sequence_logprobs(
-        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True
+        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True,
+        temperature: float = 1.0,
     ) -> np.ndarray:
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be > 0 and finite, got {temperature}")
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         p_ids, c_ids = self.encode(prompts), self.encode(completions, check_length=False)
@@ -252,7 +256,7 @@ class HFBackend:
                     k = width - min(len(p_ids[i]) for i in batch) + 1
                     logits = self.model(**kw, logits_to_keep=k).logits[keep[:, -k:].to(self.device)]
                 targets = torch.tensor([t for i in batch for t in c_ids[i]], device=self.device)
-                picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None])[:, 0]
+                picked = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None])[:, 0]
                 sums = torch.split(picked, [len(c_ids[i]) for i in batch])
                 out[batch] = [s.sum().item() for s in sums]
         return out

@@ -217,8 +217,13 @@ class VLLMBackend:
         return result
 
     def sequence_logprobs(
-        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True
+        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True,
+        temperature: float = 1.0,
     ) -> np.ndarray:
+        # vLLM's prompt log-probs come from the raw logits; a tempered one needs the whole
+        # vocabulary's normaliser, which it does not return. The audit scores with the hf backend.
+        if temperature != 1.0:
+            raise ValueError(f"the vllm backend scores at temperature 1 only (got {temperature}); use backend=hf")
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         p_ids = self._encode(prompts, 0)
