@@ -124,9 +124,10 @@ def kl_stage(policy: Backend, temperature: float = 1.0) -> PerText:
     number of answer tokens, so the KL can be read per answer and per token.
 
     Both log-probs are taken at the temperature the answers were sampled at. The answers are
-    draws from π_t at that temperature, so the mean log-ratio is then an unbiased estimate of the
-    KL between the two distributions the audit really samples, which is ≥ 0; scored at
-    temperature 1 instead, the mean over tempered draws is no KL at all and can go negative."""
+    draws from π_t at that temperature, so the mean log-ratio then estimates the KL between the
+    two distributions the audit really samples (≥ 0), up to the end-of-turn token, which the
+    decoded text leaves out, and re-tokenisation of the text; scored at temperature 1 instead,
+    the mean over tempered draws is no KL at all and can go negative."""
     def run(env: Environment, texts: list[str]) -> list[dict[str, Any]]:
         prompt = policy.render(policy_messages(env.public))
         prompts = [prompt] * len(texts)

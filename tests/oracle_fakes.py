@@ -12,7 +12,7 @@ class VerdictOnlyBackend:
     def greedy(self, prompts, *, max_new_tokens, adapter=True):
         raise AssertionError("the oracle never generates")
 
-    def sequence_logprobs(self, prompts, completions, *, adapter=True):
+    def sequence_logprobs(self, prompts, completions, *, adapter=True, temperature=1.0):
         raise AssertionError("the oracle reads no sequence log-probabilities")
 
     def adapter_disabled(self):

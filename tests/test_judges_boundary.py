@@ -59,7 +59,7 @@ class RecordingBackend:
         self.scored.extend(prompts)
         return np.log(np.full((len(prompts), len(token_ids)), 1.0 / len(token_ids)))
 
-    def sequence_logprobs(self, prompts, completions, *, adapter=True):
+    def sequence_logprobs(self, prompts, completions, *, adapter=True, temperature=1.0):
         raise AssertionError("a judge reads no sequence log-probabilities")
 
     def adapter_disabled(self):

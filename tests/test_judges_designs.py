@@ -69,7 +69,7 @@ class ScriptedBackend:
                 out[r, c] = math.log(p) if p > 0 else (p if math.isnan(p) else -np.inf)
         return out
 
-    def sequence_logprobs(self, prompts, completions, *, adapter=True):
+    def sequence_logprobs(self, prompts, completions, *, adapter=True, temperature=1.0):
         return np.zeros(len(prompts))
 
     def adapter_disabled(self):
