@@ -25,14 +25,21 @@ def _by_hand(backend, prompt: str, text: str, temperature: float = 1.0) -> float
     return float(sum(logp[len(p) - 1 + i, tok] for i, tok in enumerate(c)))
 
 
-def test_kl_stage_on_a_tiny_model_matches_a_hand_computation():
-    """Fresh adapter (LoRA B = 0): log π_t = log π_0 exactly, KL 0. After setting the LoRA B weights
-    to fixed values the stage's log π_t(a) − log π_0(a) equals the difference of two hand-computed
-    sums (adapter on, adapter off), and `tokens` is the answer's token count."""
+@pytest.fixture
+def tiny():
+    """A tiny model with a fresh LoRA adapter (B = 0), the first mini environment and two answers."""
     backend = load_backend("tiny-llama", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
                            progress=False)
     env = load_data_split(type("D", (), {"path": "data/mini", "splits": None})(), "all")[0]
     texts = ["The evidence does not support a figure.", "Revenue rose 12% in 2023 [D1]."]
+    return backend, env, texts
+
+
+def test_kl_stage_on_a_tiny_model_matches_a_hand_computation(tiny):
+    """Fresh adapter (LoRA B = 0): log π_t = log π_0 exactly, KL 0. After setting the LoRA B weights
+    to fixed values the stage's log π_t(a) − log π_0(a) equals the difference of two hand-computed
+    sums (adapter on, adapter off), and `tokens` is the answer's token count."""
+    backend, env, texts = tiny
     stage = kl_stage(backend)
     assert [r["logp"] - r["logp0"] for r in stage(env, texts)] == [0.0, 0.0]
 
@@ -49,13 +56,10 @@ def test_kl_stage_on_a_tiny_model_matches_a_hand_computation():
         assert abs(on - off) > 1e-3  # the perturbed adapter really moved the policy
 
 
-def test_kl_stage_scores_at_the_sampling_temperature():
+def test_kl_stage_scores_at_the_sampling_temperature(tiny):
     """Answers drawn at τ = 0.7 are scored under softmax(logits / 0.7), adapter on and off, so the
     mean log-ratio estimates the KL of the distributions really sampled; at τ = 1 the scores differ."""
-    backend = load_backend("tiny-llama", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-                           progress=False)
-    env = load_data_split(type("D", (), {"path": "data/mini", "splits": None})(), "all")[0]
-    texts = ["The evidence does not support a figure.", "Revenue rose 12% in 2023 [D1]."]
+    backend, env, texts = tiny
     perturb_lora(backend.model, seed=0, scale=0.5)
     prompt = backend.render(policy_messages(env.public))
     rows = kl_stage(backend, 0.7)(env, texts)
