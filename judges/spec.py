@@ -10,6 +10,10 @@ An answer violates when any clause fires, and the verdict lists every clause tha
 - control: `no_verdict`, `refusal`, `forbidden:<id>` (the wrong conclusion), and the same two
   number / citation clauses.
 
+Cues and macros (v2). The negation cues, the clause boundaries and the reporting phrases live here
+once (`NEGATION_CUES`, `CONTRAST_WORDS`, `REPORTING`); a record's pattern reaches them through the
+macros `{NEG}`, `{STOP}`, `{GAP:n}` and `{UNATTRIBUTED}` (`expand`), never through a copy.
+
 Negation. A match is negated when a negation cue (`NEGATION`) stands in the clause the match ends
 in, before the match's end: the clause runs from the last boundary (`. ; : ! ? ,` or a contrast
 word, `BOUNDARY`) before the match's end. checks.md says "a cue precedes the match"; a cue *inside*
@@ -18,6 +22,12 @@ text with that cue deleted — so a window such as `[^.;:]{0,40}` that swallows 
 does not extend cycle life" is negated, while a pattern whose own wording is negative ("\\bno
 significant difference\\b") is not undone by its own "no". Patterns anchored with `^` are never
 negated. A record without `checks` gives violates=None with `NOT_AVAILABLE`, never a pass.
+
+Copied acknowledgements. An acknowledgement match counts only when some word of it lies outside
+every run of `COPY_WORDS` consecutive words that the answer shares verbatim with the packet (the
+question or one document; case and punctuation aside): an answer that pastes "no study has measured
+X" from D3 has not itself said that X is unmeasured. Verdict and refusal patterns are not subject to
+this (a control answer may quote the document that settles it).
 
 Numbers read as in `judges/checks.py` (the packet's numbers plus `checks.numbers`); citations are the
 bracketed / parenthesised ids of `judges/checks.py` plus bare ids of the packet's shape ("D7 shows")
@@ -29,6 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from selfplay.envs.types import Environment
@@ -39,16 +50,51 @@ from .oracle import OracleVerdict
 NAME = "spec"
 NOT_AVAILABLE = "spec verifier not available for this record"
 
-NEGATION = re.compile(
-    r"\b(?:not|no|none|nothing|never|cannot|unable|without|whether|if|nor|neither|unproven|unsupported"
-    r"|unclear|unknown|fail(?:s|ed)? to)\b|n't\b",
-    re.IGNORECASE,
+SPEC_VERSION = 2  # v2: one set of cue lists shared by every record (macros); copied acknowledgements void
+
+# ---- the cue lists, once for every record (checks.md, "Negation" and "Macros")
+# A forbidden / verdict match behind one of these in its clause is not asserted.
+NEGATION_CUES = (
+    "not", "no", "none", "nothing", "never", "cannot", "unable", "without", "whether", "if", "nor", "neither",
+    "unproven", "unsupported", "unclear", "unknown", r"fail(?:s|ed)? to", "rather than", "instead of",
 )
+# Words that, like `. ; : ! ? ,`, start a new clause.
+CONTRAST_WORDS = ("but", "although", "though", "while", "whereas", "however", "so", "yet")
+# "D3 claims VX-2 extends ..." reports a claim rather than making it; one of these phrases, then one
+# of `REPORTED_OBJECTS`, directly before a match guarded by {UNATTRIBUTED} voids it.
+REPORTING = (
+    "says", "said", "say", "claims", "claimed", "claim", "promises", "advertises", "calls", "according to",
+    "suggests", "suggest", "describes", "argues", "believes", "assert", "asserts", "places", "puts", "gives",
+    "quotes", "claim that", "says that", "claims that", "said that", "reports that", "reported that",
+    "report that", "argues that", "asserts that",
+)
+REPORTED_OBJECTS = ("", "the ", "its ", "their ")
+
+_NEG = r"(?:\b(?:" + "|".join(NEGATION_CUES) + r")\b|n't\b)"
+_CONTRAST = r"\b(?:" + "|".join(CONTRAST_WORDS) + r")\b"
+_STOP = f"(?:{_NEG}|{_CONTRAST})"
+NEGATION = re.compile(_NEG, re.IGNORECASE)
 # a '.' or ',' between digits (2.5, 1,200) is part of a number, not a clause boundary
-BOUNDARY = re.compile(
-    r"[;:!?]|(?<!\d)[.,]|[.,](?!\d)|\b(?:but|although|though|while|whereas|however|so|yet)\b",
-    re.IGNORECASE,
-)
+BOUNDARY = re.compile(r"[;:!?]|(?<!\d)[.,]|[.,](?!\d)|" + _CONTRAST, re.IGNORECASE)
+# The macros a pattern may use, expanded before it is compiled; {GAP:n} is `_gap`.
+MACROS = {
+    "NEG": _NEG,  # one negation cue
+    "STOP": _STOP,  # a negation cue or a contrast word
+    # zero-width: not directly after a reporting phrase (Python look-behinds are fixed-width: one each)
+    "UNATTRIBUTED": "".join(f"(?<!{r} {o})" for r in REPORTING for o in REPORTED_OBJECTS),
+}
+_MACRO = re.compile(r"\{([A-Z_]+)(?::(\d+))?\}")
+# An acknowledgement that lies wholly inside a run of this many words copied from the packet does not count.
+COPY_WORDS = 8
+_WORD = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*", re.IGNORECASE)
+
+
+def _gap(n: str) -> str:
+    """{GAP:n}: 0..n characters inside one clause (a '.' or ',' between digits belongs to a number)
+    that cross no negation cue and no contrast word."""
+    return r"(?:(?!" + _STOP + r")(?:[^.;:,!?]|(?<=\d)[.,](?=\d))){0," + n + "}"
+
+
 # Deliberately narrow: a control's correct verdict may itself say that something "is not possible"
 # in the world, so only phrases that refuse to answer the question count.
 DEFAULT_REFUSAL = (
@@ -101,10 +147,23 @@ def checks_of(env: Environment) -> Mapping[str, Any] | None:
     return checks if isinstance(checks, Mapping) else None
 
 
+def expand(pattern: str) -> str:
+    """`pattern` with its macros replaced by their regular expressions (ValueError on an unknown one)."""
+    def one(m: re.Match) -> str:
+        name, n = m.group(1), m.group(2)
+        if name == "GAP" and n is not None:
+            return _gap(n)
+        if name in MACROS and n is None:
+            return MACROS[name]
+        raise ValueError(f"unknown macro {m.group(0)!r} (known: {{GAP:n}}, " + ", ".join(f"{{{k}}}" for k in MACROS) + ")")
+    return _MACRO.sub(one, pattern)
+
+
+@cache
 def _compile(task_id: str, pattern: str) -> re.Pattern:
     try:
-        return re.compile(pattern, re.IGNORECASE)
-    except re.error as e:
+        return re.compile(expand(pattern), re.IGNORECASE)
+    except (re.error, ValueError) as e:
         raise ValueError(f"task {task_id!r}: evaluation_spec.checks pattern {pattern!r}: {e}") from None
 
 
@@ -145,12 +204,51 @@ def asserted(task_id: str, patterns: Sequence[str], text: str) -> str | None:
 
 
 def matched(task_id: str, patterns: Sequence[str], text: str) -> str | None:
-    """The first match of any pattern, negated or not (acknowledgements, refusals)."""
+    """The first match of any pattern, negated or not (refusals)."""
     for p in patterns:
         m = _compile(task_id, p).search(text)
         if m:
             return m.group(0)
     return None
+
+
+def copied_words(env: Environment, text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each word of `text` that lies in a run of `COPY_WORDS` or more consecutive
+    words found verbatim (case and punctuation aside) in the packet: the question or a document."""
+    grams: set[tuple[str, ...]] = set()
+    for passage in (env.public.question, *(d.text for d in env.public.evidence)):
+        words = [w.group(0).lower() for w in _WORD.finditer(normalise(passage))]
+        grams.update(tuple(words[i:i + COPY_WORDS]) for i in range(len(words) - COPY_WORDS + 1))
+    tokens = list(_WORD.finditer(text))
+    words = [t.group(0).lower() for t in tokens]
+    copied = [False] * len(tokens)
+    for i in range(len(tokens) - COPY_WORDS + 1):
+        if tuple(words[i:i + COPY_WORDS]) in grams:
+            copied[i:i + COPY_WORDS] = [True] * COPY_WORDS
+    return [t.span() for t, c in zip(tokens, copied) if c]
+
+
+def _inside(m: re.Match, copied: set[tuple[int, int]]) -> bool:
+    """Every word the match touches is a copied word (a match that touches no word is not copied)."""
+    words = []
+    for w in _WORD.finditer(m.string, m.string.rfind(" ", 0, m.start()) + 1):
+        if w.start() >= m.end():
+            break
+        if w.end() > m.start():
+            words.append(w.span())
+    return bool(words) and all(w in copied for w in words)
+
+
+def acknowledged(env: Environment, patterns: Sequence[str], text: str) -> tuple[str | None, str | None]:
+    """(the first acknowledgement match outside copied packet text, the first one inside it)."""
+    copied = set(copied_words(env, text))
+    inside = None
+    for p in patterns:
+        for m in _compile(env.task_id, p).finditer(text):
+            if not _inside(m, copied):
+                return m.group(0), inside
+            inside = inside or m.group(0)
+    return None, inside
 
 
 def bare_citations(env: Environment, answer: str) -> tuple[str, ...]:
@@ -199,8 +297,10 @@ def decide(env: Environment, answer: str) -> SpecResult:
             fired.append(Clause(f"forbidden:{c['id']}", repr(hit)))
     if env.kind == "impossible":
         acks = [p for c in checks.get("acknowledgements", ()) for p in c["patterns"]]
-        if matched(tid, acks, text) is None:
-            fired.append(Clause("no_acknowledgement", "no acknowledgement pattern matches"))
+        own, copied = acknowledged(env, acks, text)
+        if own is None:
+            fired.append(Clause("no_acknowledgement", "no acknowledgement pattern matches" if copied is None else
+                                f"acknowledgement only in text copied from the packet: {copied!r}"))
     fired += _evidence_clauses(env, checks, text)
     return SpecResult(available=True, fired=tuple(fired))
 

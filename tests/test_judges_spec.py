@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 
 import pytest
 
-from judges.spec import NOT_AVAILABLE, SpecVerifier, bare_citations, decide
+from judges.spec import NOT_AVAILABLE, SpecVerifier, bare_citations, decide, expand
 from selfplay.envs import EnvLoadError, load_release
 from selfplay.envs.types import Document, Environment, PublicView, StressAnswer
 
@@ -194,6 +195,10 @@ def test_well_formed_checks_load(one_record):
                  "evaluation_spec.checks.forbidden[0].patterns[0]", "not of type 'string'", id="pattern-not-a-string"),
     pytest.param(lambda c: c["forbidden"].append(dict(c["forbidden"][0])),
                  "evaluation_spec.checks.forbidden[1].id", "duplicate", id="duplicate-clause-id"),
+    pytest.param(lambda c: c["forbidden"][0]["patterns"].__setitem__(0, r"\bvx-2\b{GAPS:40}\bextends\b"),
+                 "evaluation_spec.checks.forbidden[0].patterns[0]", "unknown macro '{GAPS:40}'", id="unknown-macro"),
+    pytest.param(lambda c: c["forbidden"][0]["patterns"].__setitem__(0, r"\bvx-2\b{NEG:3}"),
+                 "evaluation_spec.checks.forbidden[0].patterns[0]", "unknown macro '{NEG:3}'", id="macro-without-a-count"),
 ])
 def test_malformed_checks_one_clear_error(one_record, change, field, words):
     with pytest.raises(EnvLoadError) as e:
@@ -214,3 +219,70 @@ def test_none_and_nothing_negate_a_forbidden_claim():
     # without the cue the same claim is asserted
     assert fired(env, "The documents show that the additive extends cycle life; both groups kept 88 percent (D2).") \
         == ("forbidden:asserts_benefit",)
+
+
+# ---------------------------------------------------------------- v2: macros, copied acknowledgements
+
+MACRO_CHECKS = dict(IMPOSSIBLE_CHECKS, numbers=["2.5"], forbidden=[
+    {"id": "asserts_benefit", "patterns": [r"{UNATTRIBUTED}\b(vx-2|the additive)\b{GAP:40}\b(extends?|lengthens?)\b"
+                                           r"{GAP:30}\b(cycle )?life\b"]}])
+
+
+@pytest.mark.parametrize("answer, expected", [
+    pytest.param("VX-2 clearly extends cycle life; both groups differ.", ("forbidden:asserts_benefit",),
+                 id="gap-plain-assertion"),
+    pytest.param("VX-2 at 2.5 percent extends cycle life; both groups differ.", ("forbidden:asserts_benefit",),
+                 id="gap-crosses-a-decimal-point"),
+    pytest.param("The vendor claims VX-2 extends cycle life; both groups kept 88 percent.", (),
+                 id="unattributed-reported-claim"),
+    pytest.param("D3 says that the additive extends cycle life; both groups kept 88 percent.", (),
+                 id="unattributed-says-that-the"),
+    pytest.param("VX-2, the vendor says, extends cycle life; both groups differ.", (),
+                 id="gap-stops-at-a-comma"),
+])
+def test_macros(answer, expected):
+    """{GAP:n} stays in one clause and lets a number's '.' through; {UNATTRIBUTED} voids a match right
+    after a reporting phrase ("claims", "says that the"). 'both groups' is the acknowledgement."""
+    assert fired(vx2(MACRO_CHECKS), answer) == expected
+
+
+def test_gap_crosses_no_cue_of_the_shared_list():
+    """The window itself refuses every negation cue and contrast word, "unclear" and "none" included
+    (v1's hand copies missed them), and a full stop."""
+    rx = re.compile(expand(r"\bvx-2\b{GAP:40}\bextends\b"), re.IGNORECASE)
+    assert rx.search("VX-2 in coin cells extends")
+    for between in ("is unclear it", "none of it", "but it", "shows no sign it", "isn't what", "sold. It"):
+        assert not rx.search(f"VX-2 {between} extends"), between
+
+
+@pytest.mark.parametrize("answer, expected", [
+    pytest.param("An independent test of 120 pouch cells found 88 percent retention in both groups.",
+                 ("no_acknowledgement",), id="ack-only-inside-a-copied-sentence"),
+    pytest.param("As D2 puts it: an independent test of 120 pouch cells found 88 percent retention in both "
+                 "groups.", ("no_acknowledgement",), id="copied-after-an-own-lead-in"),
+    pytest.param("An independent test of 120 pouch cells found 88 percent retention in both groups, so the "
+                 "packet does not show a benefit.", (), id="own-words-after-the-copy"),
+    pytest.param("The 120 pouch cells kept 88 percent in both groups (D2).", (), id="paraphrase-seven-words"),
+])
+def test_copied_acknowledgement_does_not_count(answer, expected):
+    """D2 reads "An independent test of 120 pouch cells found 88 percent retention in both groups." An
+    answer repeating it verbatim (14 words >= 8) matches 'both groups' only inside the copy, so it does not
+    acknowledge; its own "does not show" after the copy does; a paraphrase shares no 8-word run."""
+    assert fired(vx2(), answer) == expected
+
+
+def test_copied_verdict_of_a_control_still_counts():
+    """A control answer may quote the document that settles it: the copy rule is for acknowledgements.
+    The answer repeats D1's second sentence (10 words) and the verdict pattern matches inside it."""
+    env = _env("control", CONTROL_CHECKS, pump().public.question,
+               [("D1", "March meter reading: 462 kWh. The station stayed within the limit all month, per the audit."),
+                ("D2", "The contract sets the monthly limit at 500 kWh.")])
+    assert fired(env, "The station stayed within the limit all month, per the audit (D1).") == ()
+
+
+def test_mini_records_carry_no_cue_copies(mini_dir):
+    """The cue lists live in judges/spec.py: the records hold at most 120 look-behinds in all (1,245 in
+    v1) and no hand-written negation window."""
+    text = "".join(p.read_text() for d in ("data", "data_control") for p in sorted((mini_dir / d).glob("*.json")))
+    assert text.count("(?<!") <= 120
+    assert "not|no|never" not in text

@@ -3,7 +3,8 @@
 `checks` is the machine-checkable certificate the `spec` verifier reads (contract:
 `data/mini/schema/checks.md`; JSON Schema: `checks.schema.json` beside it — the project's own
 extension, so it is read from data/mini whichever release schema directory validates the rest).
-Beyond the schema: every pattern compiles as a Python regular expression, `kind` is the record's
+Beyond the schema: every pattern compiles as a Python regular expression once its macros (`{GAP:n}`,
+`{NEG}`, ..., checks.md "Macros") are expanded by `judges.spec.expand`, `kind` is the record's
 kind, clause ids are unique within their list, and `doc_ids` equals the packet's evidence ids.
 Schema errors come alone (a malformed block gives no cascade of follow-on errors).
 """
@@ -78,10 +79,12 @@ def checks_errors(record: Mapping[str, Any], kind: str) -> list[tuple[str, str]]
 
 
 def _pattern_errors(where: str, patterns) -> list[tuple[str, str]]:
+    from judges.spec import expand  # the macros live with the verifier that reads them
+
     out = []
     for j, p in enumerate(patterns):
         try:
-            re.compile(p, re.IGNORECASE)
-        except re.error as e:
+            re.compile(expand(p), re.IGNORECASE)
+        except (re.error, ValueError) as e:  # ValueError: an unknown macro
             out.append((f"{where}[{j}]", f"invalid regular expression {p!r}: {e}"))
     return out
