@@ -37,6 +37,7 @@ from selfplay.models.endpoint import EndpointConfig
 
 from . import checks as checks_mod
 from .oracle import OracleVerdict
+from .spec import SPEC_VERSION
 
 NAMES = ("llm", "checks", "spec", "any")
 MEMBERS = ("llm", "checks", "spec")
@@ -263,7 +264,7 @@ def cache_fingerprint(oracle_cfg: OracleConfig, envs: Sequence[Environment], *, 
     oracle's model name stands for when the name alone does not fix it (for "initial": the run's
     policy config mapping); ignored when no LLM is used. Never the API key."""
     return {"oracle": oracle_cfg.fingerprint(), "model": model if oracle_cfg.uses_llm else None,
-            "code": _source_hash(),
+            "code": _source_hash(), "spec_version": SPEC_VERSION,
             "envs": hashlib.sha256(json.dumps(sorted((_anchor(e) for e in envs), key=lambda a: a["task_id"]),
                                               sort_keys=True, default=str).encode()).hexdigest()[:16]}
 
