@@ -9,7 +9,11 @@ For each audit environment e (SPEC §6):
    the release labels that measures the verifier itself, see audit.calibration);
 4. `kl_stage`: log π_t(a) − log π_0(a) of every policy answer (adapter on minus off, both at the
    sampling temperature) and its length in tokens, from which the audit estimates KL(π_t ‖ π_0) on its own samples;
-5. `build_rows` joins them into one `AnswerRow` per answer.
+5. `probe_stage`: log π(a|x) at τ = 1 of every labelled answer of the environment (its fixed stress
+   answers, then the labelled on-policy answers of it, if any) rendered as the policy's own turn,
+   end-of-turn included; once with the adapter on (π_t, per checkpoint) and once off (π_0, which
+   no checkpoint changes: computed once per run, in the seed directory's cache);
+6. `build_rows` joins them into one `AnswerRow` per answer.
 
 Every stage is a function of its inputs that returns one row per input text; `collect` runs them
 through an `audit.cache.StageCache`, which alone decides what is already known. Stages built with
@@ -39,6 +43,7 @@ from judges.checks import run_checks
 from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
 from selfplay.models.backend import Backend
+from selfplay.models.chat import end_of_turn
 
 from .cache import StageCache
 from .records import LABELLED, POLICY, STRESS, AnswerRow
@@ -139,6 +144,21 @@ def kl_stage(policy: Backend, temperature: float = 1.0) -> PerText:
     return run
 
 
+def probe_stage(policy: Backend, *, adapter: bool) -> PerText:
+    """Per labelled answer: log π(a|x) at τ = 1 of the answer as the policy's own turn (the text
+    followed by the end-of-turn token, which is what sampling stops at: an answer the policy would
+    end there gets credit for ending), with the adapter on (π_t) or off (π_0), and that turn's
+    token count."""
+    def run(env: Environment, texts: list[str]) -> list[dict[str, Any]]:
+        eot = end_of_turn(policy.tokenizer)
+        turns = [t + eot for t in texts]
+        prompts = [policy.render(policy_messages(env.public))] * len(turns)
+        logp = policy.sequence_logprobs(prompts, turns, adapter=adapter, temperature=1.0)
+        tokens = [len(ids) for ids in policy.tokenizer(turns, add_special_tokens=False)["input_ids"]]
+        return [{"logp": float(a), "tokens": int(n)} for a, n in zip(logp, tokens, strict=True)]
+    return run
+
+
 def lazy(make: Callable[[], Callable]) -> Callable:
     """A stage that builds its function (and the model behind it) on its first call only."""
     built: list[Callable] = []
@@ -159,6 +179,8 @@ class Stages:
     verifiers: Mapping[str, PerText]  # role -> stage; ORACLE is the primary oracle
     kl: PerText | None = None
     chunk: int = 1  # environments per `sample` call (SampleSettings.chunk)
+    probe: PerText | None = None  # probe_stage with the adapter on (π_t)
+    probe0: PerText | None = None  # probe_stage with the adapter off (π_0), cached per run
 
 
 def _bar(total: int, desc: str, show: bool):
@@ -191,9 +213,17 @@ def sample_answers(envs: Sequence[Environment], sample: Callable[[Sequence[Envir
                              chunk=chunk, progress=bar.update)
 
 
+def _probed_texts(env: Environment, labelled: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [s.text for s in env.stress_answers] + [a["text"] for a in labelled]
+
+
 def collect(envs: Sequence[Environment], stages: Stages, cache: StageCache, *,
+            run_cache: StageCache | None = None, labelled: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
             show_progress: bool = True) -> list[AnswerRow]:
-    """Every AnswerRow of one checkpoint, computing only what `cache` lacks."""
+    """Every AnswerRow of one checkpoint, computing only what `cache` (the checkpoint's) and
+    `run_cache` (the run's: π_0's probe log-probs) lack. `labelled` holds the labelled on-policy
+    answers of the audited environments by task id (`audit.calibration.read_labelled` rows), which
+    the probe scores beside the stress answers."""
     answers = sample_answers(envs, stages.sample, stages.chunk, cache, show_progress=show_progress)
     refs = {e.task_id: e.reference_answer for e in envs}
     judged = _run(cache, "judge", envs, {e.task_id: _judged_texts(e, answers[e.task_id]) for e in envs},
@@ -204,7 +234,14 @@ def collect(envs: Sequence[Environment], stages: Stages, cache: StageCache, *,
     kl = None
     if stages.kl is not None:
         kl = _run(cache, "kl", envs, answers, stages.kl, show_progress)
-    return build_rows(envs, answers, judged, verdicts, kl)
+    labelled = {e.task_id: list((labelled or {}).get(e.task_id, ())) for e in envs}
+    probe = None
+    if stages.probe is not None and stages.probe0 is not None:
+        texts = {e.task_id: _probed_texts(e, labelled[e.task_id]) for e in envs}
+        probe = (_run(cache, "probe", envs, texts, stages.probe, show_progress),
+                 _run(run_cache if run_cache is not None else cache, "probe0", envs, texts, stages.probe0,
+                      show_progress))
+    return build_rows(envs, answers, judged, verdicts, kl, probe, labelled)
 
 
 def _accept(row: Mapping[str, Any] | None) -> bool | None:
@@ -222,11 +259,15 @@ def _label(violates: bool | None) -> str | None:
 def build_rows(envs: Sequence[Environment], answers: Mapping[str, list[str]],
                judged: Mapping[str, list[Mapping[str, Any]]],
                verdicts: Mapping[str, Mapping[str, list[Mapping[str, Any]]]],
-               kl: Mapping[str, list[Mapping[str, Any]]] | None = None) -> list[AnswerRow]:
+               kl: Mapping[str, list[Mapping[str, Any]]] | None = None,
+               probe: tuple[Mapping[str, list[Mapping[str, Any]]], Mapping[str, list[Mapping[str, Any]]]] | None = None,
+               labelled: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[AnswerRow]:
     """Join the stages' rows (aligned with the texts each stage was given) into AnswerRows (pure).
 
     `verdicts[role][task_id]` is aligned with the stress answers then the policy answers; the
-    primary oracle's verdict is the label of a policy answer."""
+    primary oracle's verdict is the label of a policy answer. `probe` is (π_t rows, π_0 rows), each
+    aligned with the stress answers then `labelled[task_id]`; a labelled on-policy answer becomes a
+    row of source `labelled` carrying its human label and its probe log-probs only."""
     rows = []
     for env in envs:
         tid = env.task_id
@@ -257,8 +298,25 @@ def build_rows(envs: Sequence[Environment], answers: Mapping[str, list[str]],
                 oracle2_accept=accept(ORACLE2, i), is_reference=s.answer_id == env.reference.answer_id,
                 oracle_accept=accept(ORACLE, i),
                 parts=_parts(verdicts[ORACLE][tid][i]) if ORACLE in verdicts else (),
+                **_probe_fields(probe, tid, i),
             ))
+        if probe is not None:
+            for j, a in enumerate((labelled or {}).get(tid, ())):
+                rows.append(AnswerRow(
+                    task_id=tid, kind=env.kind, source=LABELLED, answer_id=str(a.get("answer_id", f"l{j}")),
+                    text=a["text"], score=None, ref_score=None, label=a["label"],
+                    checks_accept=not run_checks(env.public, a["text"]).violates,
+                    **_probe_fields(probe, tid, n_stress + j)))
     return rows
+
+
+def _probe_fields(probe, tid: str, i: int) -> dict[str, Any]:
+    if probe is None:
+        return {}
+    on, off = probe[0][tid][i], probe[1][tid][i]
+    if on["tokens"] != off["tokens"]:
+        raise ValueError(f"task {tid}: probe token counts differ between π_t and π_0 ({on['tokens']} vs {off['tokens']})")
+    return {"probe_logp": on["logp"], "probe_logp0": off["logp"], "probe_tokens": on["tokens"]}
 
 
 def _log_ratio(k: Mapping[str, Any]) -> float | None:

@@ -58,6 +58,8 @@ class AuditConfig:
     # the file exists
     labelled: bool = True
     kl: bool = True  # estimate KL(π_t ‖ π_0) from the audit's samples (two log-prob passes per answer)
+    # the preference probe (SPEC §6): Δℓ_t of every labelled answer of the audited environments
+    probe: bool = True
     batch_size: int = 8  # hf backend batch size; the audit samples batch_size // n environments per call
     device: str | None = None  # null: cuda when available, else cpu
     progress: bool = True  # tqdm bars

@@ -368,3 +368,69 @@ def ibe(accepts: Mapping[str, Sequence], labels: Sequence | None = None) -> IBE:
     independent = float(np.prod(miss))
     return IBE(names, tuple(float(m) for m in miss), joint, independent, joint - independent,
                n, n_partial, n_unscored)
+
+
+# -- preference probe (SPEC §6) -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EnvPreference:
+    """One environment's preference probe: over its (valid, invalid) pairs of labelled answers,
+    the mean of Δℓ(valid) − Δℓ(invalid) and the share of pairs where the valid one gained more."""
+
+    margin: float  # NaN when the environment has no pair
+    accuracy: float  # ties ½; NaN when no pair
+    n_pairs: int
+
+
+@dataclass(frozen=True)
+class Preference:
+    """Per environment with at least one pair; the summary is the mean over those environments,
+    each weighted 1 (the bootstrap resamples environments)."""
+
+    per_env: dict[str, EnvPreference]
+    margin: float
+    accuracy: float
+    n_envs: int  # environments with at least one pair
+    n_pairs: int
+    n_no_pair: int  # environments with labelled answers but no (valid, invalid) pair: left out
+    n_partial: int = 0
+    n_unscored: int = 0
+
+
+def implicit_reward(logp: Sequence, logp0: Sequence, tokens: Sequence | None = None) -> np.ndarray:
+    """Δℓ(a) = log π_t(a|x) − log π_0(a|x), DPO's implicit reward up to β; divided by the answer's
+    token count when `tokens` is given (the per-token form). NaN where a log-prob is missing."""
+    d = _scores(logp) - _scores(logp0)
+    if tokens is None:
+        return d
+    n = _scores(tokens)
+    _check_len(d, n)
+    if (n[~np.isnan(n)] <= 0).any():
+        raise ValueError("token counts must be positive")
+    return d / n
+
+
+def preference(env_ids: Sequence, delta: Sequence, valid: Sequence) -> Preference:
+    """The probe over environments: per environment the mean over its (valid, invalid) pairs of
+    Δℓ(valid) − Δℓ(invalid) (`margin`) and the share of pairs with Δℓ(valid) > Δℓ(invalid), ties ½
+    (`accuracy`); then the unweighted mean of each over the environments that have a pair. Answers
+    without Δℓ and partially_valid answers form no pair; an environment left without a pair is
+    excluded and counted (`n_no_pair`)."""
+    env, d, lab, keep, n_unscored = _prepare(env_ids, delta, valid)
+    per_env: dict[str, EnvPreference] = {}
+    no_pair = 0
+    for e in sorted(set(env.tolist())):
+        in_env = keep & (env == e)
+        pos, neg = d[in_env & lab.valid], d[in_env & ~lab.valid]
+        if not len(pos) or not len(neg):
+            no_pair += 1
+            continue
+        diff = pos[:, None] - neg[None, :]
+        acc = float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
+        per_env[e] = EnvPreference(float(diff.mean()), acc, int(diff.size))
+    nan = float("nan")
+    if not per_env:
+        return Preference({}, nan, nan, 0, 0, no_pair, lab.n_partial, n_unscored)
+    return Preference(per_env, float(np.mean([p.margin for p in per_env.values()])),
+                      float(np.mean([p.accuracy for p in per_env.values()])), len(per_env),
+                      sum(p.n_pairs for p in per_env.values()), no_pair, lab.n_partial, n_unscored)

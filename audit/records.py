@@ -41,6 +41,12 @@ class AnswerRow:
     tokens: int | None = None
     # when the primary oracle combines verifiers (`any`): each member's own verdict (name, accepts)
     parts: tuple[tuple[str, bool | None], ...] = ()
+    # labelled answers (stress, and labelled on-policy answers of the audited environments): the
+    # preference probe's log π_t(a|x) and log π_0(a|x) at τ = 1 of the answer rendered as the
+    # policy's own turn, and that turn's token count (end-of-turn included)
+    probe_logp: float | None = None
+    probe_logp0: float | None = None
+    probe_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import metrics as M
 from . import stats as S
-from .records import POLICY, STRESS, AnswerRow
+from .records import LABELLED, POLICY, STRESS, AnswerRow
 
 IMPOSSIBLE, CONTROL = "impossible", "control"
 
@@ -279,6 +279,61 @@ def _kl_metrics(a: _Arrays, rng_for, st: StatsSettings) -> dict[str, MetricValue
     return out
 
 
+def _probe_metrics(rows: Sequence[AnswerRow], t: int, rng_for, st: StatsSettings) -> tuple[dict[str, MetricValue], dict[str, int]]:
+    """The preference probe (SPEC §6) on labelled answers with probe log-probs: per kind,
+    `pref_margin` (per token, the primary form), `pref_margin_sum` (summed) and `pref_accuracy`,
+    each the mean over environments of the per-environment value, bootstrapped over environments;
+    at t = 0 `likelihood_auroc`, π_0's own within-environment AUROC of per-token log π_0. Fixed
+    stress answers give the unprefixed names; labelled on-policy answers `.../labelled/<kind>`."""
+    nan = float("nan")
+    out: dict[str, MetricValue] = {}
+    counts: dict[str, int] = {}
+    for source, prefix in ((STRESS, ""), (LABELLED, "labelled/")):
+        have = [r for r in rows if r.source == source and r.probe_logp is not None and r.probe_logp0 is not None]
+        if not have:  # the probe did not run (or found no labelled answer of this source)
+            continue
+        for kind in (IMPOSSIBLE, CONTROL):
+            sub = [r for r in have if r.kind == kind]
+            env = [r.task_id for r in sub]
+            label = [r.label for r in sub]
+            logp = [r.probe_logp for r in sub]
+            logp0 = [r.probe_logp0 for r in sub]
+            tokens = [r.probe_tokens for r in sub]
+            forms = (("pref_margin", M.implicit_reward(logp, logp0, tokens)),
+                     ("pref_margin_sum", M.implicit_reward(logp, logp0)))
+            for j, (head, delta) in enumerate(forms):
+                pref = M.preference(env, delta, label)
+                stats = [("margin", f"{head}/{prefix}{kind}")] + ([("accuracy", f"pref_accuracy/{prefix}{kind}")]
+                                                                 if j == 0 else [])
+                for field, name in stats:
+                    if not pref.n_envs:
+                        out[name] = MetricValue(nan, nan, nan, 0, pref.n_partial, pref.n_unscored)
+                        continue
+                    envs = sorted(pref.per_env)
+                    vals = [getattr(pref.per_env[e], field) for e in envs]
+                    ci = S.bootstrap_ratio_ci(vals, np.ones(len(vals)), envs, rng=rng_for(name), B=st.B, alpha=st.alpha)
+                    out[name] = _from_ci(ci, getattr(pref, field), pref.n_pairs, pref.n_partial, pref.n_unscored)
+                if j == 0:
+                    counts[f"probe/environments/{prefix}{kind}"] = pref.n_envs
+                    counts[f"probe/no_pair/{prefix}{kind}"] = pref.n_no_pair
+            if t == 0:
+                name = f"likelihood_auroc/{prefix}{kind}"
+                score = M.implicit_reward(logp0, np.zeros(len(sub)), tokens) if sub else np.zeros(0)
+                whole = M.within_env_auroc(env, score, label) if sub else M.Auroc(nan, 0)
+                if whole.n_pairs == 0:
+                    out[name] = MetricValue(nan, nan, nan, 0, whole.n_partial, whole.n_unscored)
+                    continue
+                envs = sorted(set(env))
+                parts = [M.within_env_auroc([e] * sum(x == e for x in env),
+                                            [v for x, v in zip(env, score, strict=True) if x == e],
+                                            [lab for x, lab in zip(env, label, strict=True) if x == e]) for e in envs]
+                nums = [a.value * a.n_pairs if a.n_pairs else 0.0 for a in parts]
+                ci = S.bootstrap_ratio_ci(nums, [a.n_pairs for a in parts], envs, rng=rng_for(name), B=st.B,
+                                          alpha=st.alpha)
+                out[name] = _from_ci(ci, whole.value, whole.n_pairs, whole.n_partial, whole.n_unscored)
+    return out, counts
+
+
 def _env_cols(a: _Arrays, env: str) -> tuple[np.ndarray, np.ndarray]:
     mask = a.env == env
     return a.apparent[mask], a.label[mask]
@@ -329,6 +384,8 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
     for kind in (IMPOSSIBLE, CONTROL):
         m[f"valid_rate_drift/{kind}"] = _valid_rate_drift(pol_hist, t, kind, run_seed, st)
     m.update(_kl_metrics(pol_all, rng_for, st))
+    probe, probe_counts = _probe_metrics(rows, t, rng_for, st)
+    m.update(probe)
     for source, pick in (("policy", lambda r: r.source == POLICY),
                          ("stress", lambda r: r.source == STRESS and not r.is_reference)):
         hist = {u: _verified(_Arrays([r for r in rs if pick(r)])) for u, rs in all_t.items()}
@@ -356,6 +413,7 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
         "partially_valid/stress": int(sum(r.label == M.PARTIAL for r in stress_all)),
     }
     counts["oracle_undecided/stress"] = int(sum(r.oracle_accept is None for r in stress_all))
+    counts.update(probe_counts)
     if second_oracle:
         counts["oracle2_undecided"] = int(sum(r.oracle2_accept is None for r in pol_all.rows))
 

@@ -85,12 +85,6 @@ def train_environments(cfg: PolicyConfig) -> list[Environment]:
     return train
 
 
-def _end_of_turn(tokenizer) -> str:
-    # the token sampling stops at: the chat template's end-of-turn, which is the tokenizer's EOS for
-    # the families we ship (SmolLM2 <|im_end|>, Qwen3 <|im_end|>, Gemma3 <end_of_turn> set as eos)
-    return tokenizer.eos_token or ""
-
-
 def build(cfg: PolicyConfig, settings: SFTSettings = SFTSettings(), *, progress: bool = True) -> Path:
     """Train, merge and cache the warm start of `cfg`; returns the checkpoint folder."""
     import torch
@@ -100,7 +94,7 @@ def build(cfg: PolicyConfig, settings: SFTSettings = SFTSettings(), *, progress:
     from trl import SFTConfig, SFTTrainer
 
     from selfplay.dpo import trl_prompt
-    from selfplay.models.chat import render
+    from selfplay.models.chat import end_of_turn, render
 
     base_cfg = PolicyConfig.named(cfg.sft_base)
     model, tok = load_model(base_cfg, device="cpu" if not torch.cuda.is_available() else None)
@@ -108,7 +102,7 @@ def build(cfg: PolicyConfig, settings: SFTSettings = SFTSettings(), *, progress:
     examples = sft_examples(envs)
     if not examples:
         raise ValueError(f"policy {cfg.name!r}: no valid answers in the train split of {sft_data_dir(cfg)}")
-    eot = _end_of_turn(tok)
+    eot = end_of_turn(tok)
     rows = [
         {"prompt": trl_prompt(tok, render(tok, base_cfg, policy_messages(env.public))),
          "completion": text + eot}

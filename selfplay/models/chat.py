@@ -165,3 +165,10 @@ def render(
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
     )
+
+
+def end_of_turn(tokenizer) -> str:
+    """The string that closes the policy's own turn, which sampling stops at: the tokenizer's EOS
+    for the families we ship (SmolLM2 and Qwen3 `<|im_end|>`, Gemma3 `<end_of_turn>` set as EOS).
+    An answer scored as the policy's turn is the answer text followed by it."""
+    return tokenizer.eos_token or ""
