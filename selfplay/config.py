@@ -27,6 +27,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from selfplay.models import BACKEND_CHOICES
 from selfplay.models.config import LoraSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,8 @@ class TrainConfig:
         "Use only the first N train environments (quick runs); null = every train environment.")})
     reference: str = field(default="previous", metadata={"help": (
         "The DPO reference policy: previous (π_{t-1}) or initial (π_0, the adapter off).")})
-    backend: str = field(default="auto", metadata={"help": "The policy backend: auto | hf | vllm."})
+    backend: str = field(default="auto", metadata={"help": (
+        f"The policy backend: {' | '.join(BACKEND_CHOICES)} (selfplay.models.BACKENDS).")})
     gradient_checkpointing: bool = field(default=False, metadata={"help": (
         "Recompute activations in the DPO backward pass (less memory, more time).")})
     sample_batch_size: int = field(default=32, metadata={"help": (
@@ -105,7 +107,7 @@ class TrainConfig:
         _require(self.max_train_envs is None or self.max_train_envs >= 1, "max_train_envs",
                  self.max_train_envs, "null or an integer >= 1")
         _require(self.reference in ("previous", "initial"), "reference", self.reference, "previous or initial")
-        _require(self.backend in ("auto", "hf", "vllm"), "backend", self.backend, "auto, hf or vllm")
+        _require(self.backend in BACKEND_CHOICES, "backend", self.backend, ", ".join(BACKEND_CHOICES))
         try:
             LoraSettings.from_mapping(self.lora)
         except (TypeError, ValueError) as e:
@@ -206,8 +208,10 @@ def check_reward(name: str, params: Any) -> None:
     for key, value in (params or {}).items():
         if key in numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(f"reward.{key}={value!r}: expected a number (reward={name})")
+    from judges.designs import OFFLINE
+
     try:
-        if name == "decisive":  # no model and no JudgeParams: building it is its check
+        if name == "decisive" or name in OFFLINE:  # no model and no JudgeParams: building it is its check
             JUDGES[name](None, params=params)
         else:
             JudgeParams.from_mapping(name, params)

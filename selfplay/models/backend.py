@@ -3,12 +3,21 @@ with a LoRA adapter that can be switched off (adapter off = the initial policy Ï
 
 Prompts are plain strings already rendered with the model's chat template (see `chat.py`), so the
 judge, the trainer and the audit tokenize exactly what the backend sees.
+
+Two protocols, one inside the other:
+- `Backend`: what judges, the oracle and the audit's sampling and KL stages call. The endpoint
+  backend (`endpoint.py`, judges and the oracle on an OpenAI-compatible server) is one.
+- `PolicyBackend`: a `Backend` that also trains, what `selfplay/train.py` and the audit's checkpoint
+  loading call: the PeftModel TRL trains (`model`), the adapter saved and loaded, and the GPU memory
+  released around a DPO step. `load_backend` builds one (`HFBackend`, `VLLMBackend`; the registry is
+  `selfplay.models.BACKENDS`); tests/test_contracts.py checks both against it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -41,8 +50,10 @@ def is_truncated(text: str) -> bool:
 
 @runtime_checkable
 class Backend(Protocol):
+    """Generation and log-probabilities, with the LoRA adapter on or off per call."""
+
     name: str  # policy config name, e.g. "smollm2-135m"
-    tokenizer: object  # a transformers tokenizer (shared by both backends)
+    tokenizer: object  # a transformers tokenizer (shared by the hf and vllm backends)
 
     def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
         """Chat messages -> prompt string, through the model's chat template (chat.py)."""
@@ -80,6 +91,28 @@ class Backend(Protocol):
 
     def adapter_disabled(self) -> AbstractContextManager[None]:
         """Context in which the model runs as Ï€_0 (LoRA off, no second copy)."""
+
+
+@runtime_checkable
+class PolicyBackend(Backend, Protocol):
+    """A `Backend` whose adapter is trained: the training loop's policy and the audit's checkpoints."""
+
+    model: object  # the PeftModel TRL trains: `dpo_step(policy.model, policy.tokenizer, ...)`
+
+    def save_adapter(self, path: str | Path) -> Path:
+        """Write the LoRA adapter (adapter_config.json + weights) to `path`; returns the path. A
+        backend that serves a copy of the weights (vLLM) serves the adapter written from then on."""
+
+    def load_adapter(self, path: str | Path) -> None:
+        """Replace the adapter with the one saved at `path` (same LoRA shape): resuming a run, an
+        audited checkpoint, and after each iteration the renamed final copy of what was saved."""
+
+    def sleep(self) -> None:
+        """Release the memory inference holds before a DPO step (vLLM: weights to CPU, KV cache
+        dropped); a no-op where the inference model is the one trained (hf)."""
+
+    def wake_up(self) -> None:
+        """Take back what `sleep` released, after the DPO step."""
 
 
 MAX_TEMPERATURE = 2.0  # vLLM refuses more; the HF backend keeps the same range so both accept one set
