@@ -1,9 +1,17 @@
-"""The protocols other code relies on, checked against what implements them.
+"""The protocols other code relies on, checked against what implements them and what calls them.
 
+- What the training loop, the audit and the judges call on a backend is declared: every attribute
+  `selfplay/train.py` and `audit/gap.py` read on their policy is a `PolicyBackend` member, every one
+  `audit/collect.py`, `judges/designs.py` and `judges/oracle.py` read a `Backend` member (dpo.py is
+  handed `policy.model` and `policy.tokenizer`, no backend).
+- Every backend in the registry `selfplay.models.BACKENDS` (HFBackend on a tiny model, VLLMBackend
+  on the fake `vllm` of test_models_vllm.py) satisfies `PolicyBackend`; the endpoint backend, which
+  serves judges and the oracle only, satisfies `Backend`.
 - Every backend fake defined in tests/ (a class with `sample`, `greedy` or `next_token_logprobs`)
-  satisfies `selfplay.models.backend.Backend`: each member is present (runtime_checkable only looks
-  at names) and each method accepts the call the protocol describes, so a test that passes on a fake
-  passes on the interface the real backends implement.
+  satisfies `Backend`; none stands in for a trained policy.
+- "Satisfies": each member is present (runtime_checkable only looks at names) and each method
+  accepts the call the protocol describes, so a test that passes on a fake passes on the interface
+  the real backends implement.
 - Every judge `build_judge` can make satisfies `judges.base.Judge`, `prepare` included.
 """
 
@@ -13,14 +21,17 @@ import ast
 import importlib
 import inspect
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 from judges import JUDGES, Judge, JudgeItem, build_judge
 from selfplay.envs.types import Document, PublicView
-from selfplay.models.backend import Backend
+from selfplay.models import BACKENDS, PolicyConfig, backend_class, tiny_model
+from selfplay.models.backend import Backend, PolicyBackend
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 GENERATION = {"sample", "greedy", "next_token_logprobs"}
 # constructor arguments of the fakes that take any (a fake not listed is built with none)
 ARGS = {
@@ -45,14 +56,30 @@ def backend_fakes() -> list[tuple[str, str]]:
 
 
 def protocol_members(protocol: type) -> set[str]:
-    """The attributes and methods a protocol's own body declares (what isinstance looks for)."""
-    methods = {n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")}
-    return set(getattr(protocol, "__annotations__", {})) | methods
+    """The attributes and methods the bodies of a protocol and of the protocols it extends declare
+    (what isinstance looks for)."""
+    out: set[str] = set()
+    for cls in protocol.__mro__:
+        if getattr(cls, "_is_protocol", False) and cls is not Protocol:
+            out |= {n for n, v in vars(cls).items() if inspect.isfunction(v) and not n.startswith("_")}
+            out |= set(vars(cls).get("__annotations__", {}))
+    return out
 
 
-def protocol_methods() -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(getattr(Backend, name)) for name in sorted(protocol_members(Backend))
-            if inspect.isfunction(getattr(Backend, name, None))}
+def protocol_methods(protocol: type = Backend) -> dict[str, inspect.Signature]:
+    return {name: inspect.signature(getattr(protocol, name)) for name in sorted(protocol_members(protocol))
+            if inspect.isfunction(getattr(protocol, name, None))}
+
+
+def satisfies(obj, protocol: type) -> list[str]:
+    """What keeps `obj` from satisfying `protocol`: members missing, then calls a method cannot take."""
+    missing = sorted(m for m in protocol_members(protocol) if not hasattr(obj, m))
+    if missing:
+        return [f"lacks {missing}"]
+    if not isinstance(obj, protocol):
+        return [f"isinstance(..., {protocol.__name__}) is False"]
+    return [f"{m}{problem}" for m, signature in protocol_methods(protocol).items()
+            for problem in accepts(getattr(obj, m), signature)]
 
 
 def accepts(method, protocol: inspect.Signature) -> list[str]:
@@ -78,15 +105,74 @@ def test_the_fakes_are_found():
     assert {"ScriptedBackend", "RecordingBackend", "FakeOracleBackend", "FakeBackend"} <= found
 
 
+def attributes_read(path: Path, name: str) -> set[str]:
+    """Attributes read on the variable `name` (and on `self.name`) anywhere in the file at `path`."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute):
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id == name) or (
+                    isinstance(v, ast.Attribute) and v.attr == name and isinstance(v.value, ast.Name)
+                    and v.value.id == "self"):
+                out.add(node.attr)
+    return out
+
+
+@pytest.mark.parametrize("path, name, protocol", [
+    pytest.param("selfplay/train.py", "policy", PolicyBackend, id="train-policy"),
+    pytest.param("audit/gap.py", "backend", PolicyBackend, id="audit-checkpoint"),
+    pytest.param("audit/collect.py", "policy", Backend, id="audit-sample-kl"),
+    pytest.param("judges/designs.py", "backend", Backend, id="judges"),
+    pytest.param("judges/oracle.py", "backend", Backend, id="oracle"),
+])
+def test_every_attribute_the_callers_read_is_declared(path, name, protocol):
+    """An empty read set would mean the variable was renamed and the check sees nothing."""
+    read = attributes_read(ROOT / path, name)
+    assert read, f"{path} reads nothing on {name!r}: rename here too"
+    assert read <= protocol_members(protocol), f"{path}: {sorted(read - protocol_members(protocol))} undeclared"
+
+
+def hf_backend(monkeypatch):
+    model, tokenizer = tiny_model("llama", seed=0)
+    return backend_class("hf")(model, tokenizer, PolicyConfig.named("tiny-llama"), progress=False)
+
+
+def vllm_backend(monkeypatch):
+    from test_models_vllm import CFG, FakeLLM, FakeTrainable, install_fake_vllm
+
+    from selfplay.models.loading import load_tokenizer
+
+    install_fake_vllm(monkeypatch)
+    return backend_class("vllm")(FakeLLM(), load_tokenizer(PolicyConfig.named("tiny-qwen3")), CFG,
+                                 trainable=FakeTrainable(), progress=False)
+
+
+BUILD = {"hf": hf_backend, "vllm": vllm_backend}  # one builder per entry of BACKENDS
+
+
+def test_every_registered_backend_has_a_builder_here():
+    assert set(BUILD) == set(BACKENDS)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_every_registered_backend_satisfies_the_policy_protocol(name, monkeypatch):
+    backend = BUILD[name](monkeypatch)
+    assert type(backend) is backend_class(name)
+    assert satisfies(backend, PolicyBackend) == []
+
+
+def test_the_endpoint_backend_serves_judges_not_training():
+    from selfplay.models.endpoint import EndpointBackend, EndpointConfig
+
+    endpoint = EndpointBackend(EndpointConfig(base_url="http://127.0.0.1:9/v1", model="m"), client=object())
+    assert satisfies(endpoint, Backend) == []
+    assert not isinstance(endpoint, PolicyBackend)
+
+
 @pytest.mark.parametrize("module, name", backend_fakes(), ids=lambda x: x)
 def test_backend_fake_satisfies_the_protocol(module, name):
     cls = getattr(importlib.import_module(module), name)
-    fake = cls(*ARGS.get(name, ()))
-    missing = sorted(m for m in protocol_members(Backend) if not hasattr(fake, m))
-    assert missing == [], f"{module}.{name} lacks {missing}"
-    assert isinstance(fake, Backend)
-    for method, signature in protocol_methods().items():
-        assert accepts(getattr(fake, method), signature) == [], f"{module}.{name}.{method}"
+    assert satisfies(cls(*ARGS.get(name, ())), Backend) == [], f"{module}.{name}"
 
 
 def test_the_signature_check_catches_a_wrong_keyword():
