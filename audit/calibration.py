@@ -1,25 +1,34 @@
-"""Oracle calibration and the gate (SPEC §6, "Oracle calibration comes first").
+"""Oracle calibration and the gate, per source (SPEC §6, "Oracle calibration comes first, per source").
 
 Every audited number that rests on the primary oracle's verdict (the on-policy valid rate, VA-Gap,
 verified success, on-policy FPR/FNR, Youden J, on-policy IBE and AUROC, and their drifts) is only as
-good as that verdict. So before any of them is reported, each verifier the audit uses is measured on
-answers whose validity is known:
+good as that verdict. So before any of them is reported, each verifier the audit uses is measured,
+separately, on two sources of answers whose validity is known:
 
-- `stress`: the labelled stress answers of the audited environments (release labels; r(e) included,
-  a verifier should accept it);
-- `labelled`: on mini, `labelled_answers.jsonl` — answers the policy really wrote, labelled by
-  reading (one JSON object per line: task_id, text, label in valid | invalid | partially_valid,
-  reason, clause, policy, temperature, seed);
-- `all`: both together; the gate reads this set.
+- `stress`: (a) the labelled stress answers of the audited environments (release labels; r(e)
+  included, a verifier should accept it). Written by the data's authors, beside the certificates the
+  `spec` verifier was written from: reported, never part of the decision;
+- `labelled`: (b) the on-policy set, answers the audited policy really wrote, labelled by reading:
+  `labelled_answers.jsonl` of the data (mini) and the labels `python -m audit.label` made for the run
+  (`labels.jsonl`; one JSON object per line: task_id, text, label in valid | invalid |
+  partially_valid, reason, clause, ...). Rows that name their checkpoint (`iteration`) are also
+  calibrated per checkpoint.
 
-Per set and verifier: agreement with the labels, accept-invalid rate P(accepts | invalid),
+Per source and verifier: agreement with the labels, accept-invalid rate P(accepts | invalid),
 reject-valid rate P(rejects | valid), and the counts (partially_valid answers and undecided
-verdicts are left out of the rates and counted). The gate fails — and every oracle-dependent figure
-is written `unverified` with the reasons — when the primary oracle accepts more than
-`max_accept_invalid` of the labelled invalid answers, rejects more than `max_reject_valid` of the
-valid ones, or has fewer than `min_per_class` labelled answers of either class. A verifier that is
-undecided on more than `max_undecided` of its answers is warned about (it does not fail the gate:
-undecided answers are already left out and counted).
+verdicts are left out of the rates and counted). The two sources are never pooled.
+
+The gate reads the on-policy set alone. It fails — and every oracle-dependent figure is written
+`unverified` with the reasons, each naming the on-policy set — when the primary oracle accepts more
+than `max_accept_invalid` of its labelled invalid answers, rejects more than `max_reject_valid` of
+its valid ones, or has fewer than `min_per_class` labelled answers of either class (no on-policy set
+at all is a failure too). The oracle's error moves with the policy, so a checkpoint whose own labels
+hold `min_per_class` of each class is gated on them alone (`checkpoint_gates`); the others are gated
+on the run's whole on-policy set. A figure that reads several iterations (a drift, a slope) is
+withheld when any of their gates fails (`metric_gate`). A verifier that is undecided on more than
+`max_undecided` of a source's answers is warned about (it does not fail the gate: undecided answers
+are already left out and counted); the records each verifier could not decide are counted per record
+(`undecided_by_record`: on a release, whose records carry no `checks`, `spec` decides none).
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ from .records import AnswerRow
 
 log = logging.getLogger("audit.calibration")
 LABELLED_FILE = "labelled_answers.jsonl"
-SETS = ("stress", "labelled", "all")
+SETS = ("stress", "labelled")  # (a) the stress answers, (b) the on-policy set: never pooled
+ON_POLICY = "labelled"
 ACCEPT_FIELD = {"oracle": "oracle_accept", "oracle2": "oracle2_accept", "checks": "checks_accept"}
 UNVERIFIED = "unverified"
 
@@ -137,9 +147,9 @@ def confusion(rows: Sequence[AnswerRow], role: str) -> dict[str, Any]:
 
 def calibrate(stress: Sequence[AnswerRow], labelled: Sequence[AnswerRow] | None,
               roles: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """role -> set -> confusion (`labelled` None when there is no labelled set)."""
-    sets = {"stress": list(stress), "labelled": None if labelled is None else list(labelled)}
-    sets["all"] = list(stress) + list(labelled or [])
+    """role -> source -> confusion: `stress` and `labelled` (the on-policy set; None when there is
+    none), each on its own."""
+    sets = {"stress": list(stress), ON_POLICY: None if labelled is None else list(labelled)}
     return {role: {name: None if rows is None else confusion(rows, role) for name, rows in sets.items()}
             for role in roles}
 
@@ -148,30 +158,146 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def gate(calib: Mapping[str, Mapping[str, Any]], cfg: GateConfig, primary: str = "oracle") -> dict[str, Any]:
-    """{"status": ok | unverified, "reasons": [...], "warnings": [...]} for the primary oracle on `all`."""
-    c = calib[primary]["all"]
+def gate(calib: Mapping[str, Mapping[str, Any]], cfg: GateConfig, primary: str = "oracle",
+         where: str = "the on-policy set") -> dict[str, Any]:
+    """{"status": ok | unverified, "reasons": [...], "warnings": [...]} for the primary oracle on
+    the on-policy set alone (`calib[primary]["labelled"]`); every reason names `where`, the set read.
+    The stress answers are never read here."""
+    c = calib[primary][ON_POLICY]
     reasons = []
-    for cls in ("valid", "invalid"):
-        if c[f"n_{cls}"] < cfg.min_per_class:
-            reasons.append(f"the primary oracle is measured on {c[f'n_{cls}']} labelled {cls} answers "
-                           f"(< {cfg.min_per_class})")
-    if c["n_invalid"] and c["accept_invalid"] > cfg.max_accept_invalid:
-        reasons.append(f"the primary oracle accepts {_pct(c['accept_invalid'])} of labelled invalid answers "
-                       f"({c['n_accept_invalid']}/{c['n_invalid']}; > {_pct(cfg.max_accept_invalid)})")
-    if c["n_valid"] and c["reject_valid"] > cfg.max_reject_valid:
-        reasons.append(f"the primary oracle rejects {_pct(c['reject_valid'])} of labelled valid answers "
-                       f"({c['n_reject_valid']}/{c['n_valid']}; > {_pct(cfg.max_reject_valid)})")
+    if c is None:
+        reasons.append(f"{where}: none (no labelled answers of the audited policy; the gate reads only "
+                       "those: label some with `python -m audit.label`)")
+    else:
+        for cls in ("valid", "invalid"):
+            if c[f"n_{cls}"] < cfg.min_per_class:
+                reasons.append(f"{where}: the primary oracle is measured on {c[f'n_{cls}']} labelled {cls} "
+                               f"answers (< {cfg.min_per_class})")
+        if c["n_invalid"] and c["accept_invalid"] > cfg.max_accept_invalid:
+            reasons.append(f"{where}: the primary oracle accepts {_pct(c['accept_invalid'])} of labelled invalid "
+                           f"answers ({c['n_accept_invalid']}/{c['n_invalid']}; > {_pct(cfg.max_accept_invalid)})")
+        if c["n_valid"] and c["reject_valid"] > cfg.max_reject_valid:
+            reasons.append(f"{where}: the primary oracle rejects {_pct(c['reject_valid'])} of labelled valid "
+                           f"answers ({c['n_reject_valid']}/{c['n_valid']}; > {_pct(cfg.max_reject_valid)})")
     warnings = []
     for role, sets in calib.items():
-        u = sets["all"]
-        if u["n_answers"] and u["undecided"] > cfg.max_undecided:
-            warnings.append(f"verifier `{role}` is undecided on {_pct(u['undecided'])} of its calibration "
-                            f"answers ({u['n_undecided']}/{u['n_answers']}; > {_pct(cfg.max_undecided)})")
+        for name in SETS:
+            u = sets.get(name)
+            if u and u["n_answers"] and u["undecided"] > cfg.max_undecided:
+                warnings.append(f"verifier `{role}` is undecided on {_pct(u['undecided'])} of its {name} "
+                                f"calibration answers ({u['n_undecided']}/{u['n_answers']}; "
+                                f"> {_pct(cfg.max_undecided)})")
     for w in warnings:
         log.warning("%s", w)
     return {"status": UNVERIFIED if reasons else "ok", "reasons": reasons, "warnings": warnings,
-            "primary": primary, "set": "all"}
+            "primary": primary, "set": ON_POLICY, "where": where}
+
+
+def enough(c: Mapping[str, Any] | None, cfg: GateConfig) -> bool:
+    """Whether a confusion holds `min_per_class` labelled answers of each class."""
+    return c is not None and min(c["n_valid"], c["n_invalid"]) >= cfg.min_per_class
+
+
+def checkpoint_gates(run_gate: Mapping[str, Any], own: Mapping[int, Mapping[str, Mapping[str, Any]]],
+                     iterations: Iterable[int], cfg: GateConfig, where: str,
+                     primary: str = "oracle") -> dict[int, dict[str, Any]]:
+    """iteration -> the gate its figures are read under: the gate on that checkpoint's own on-policy
+    labels (`own[t]`: role -> confusion) where they hold `min_per_class` of each class, else the
+    run's (`run_gate`, on its whole on-policy set), with a warning saying so when it has some."""
+    out = {}
+    for t in iterations:
+        c = own.get(t)
+        if c is not None and enough(c.get(primary), cfg):
+            g = gate({role: {ON_POLICY: v} for role, v in c.items()}, cfg, primary, f"{where} at t = {t}")
+            out[t] = g | {"set": f"{ON_POLICY}/t={t}"}
+            continue
+        out[t] = {**run_gate, "warnings": list(run_gate.get("warnings", []))}
+        if c is not None:
+            p = c[primary]
+            out[t]["warnings"].append(
+                f"{where} at t = {t} holds {p['n_valid']} valid and {p['n_invalid']} invalid labelled "
+                f"answers (< {cfg.min_per_class} of a class): t = {t} is gated on the run's whole on-policy set")
+    return out
+
+
+def iterations_read(metric: str, t: int, audited: Iterable[int]) -> list[int]:
+    """The iterations a metric at t rests on: a drift t and 0, a slope every audited u <= t, others t."""
+    head = metric.split("/", 1)[0]
+    audited = sorted(audited)
+    if head.endswith("_slope"):
+        return [u for u in audited if u <= t] or [t]
+    if head.endswith("_drift"):
+        return sorted({t, 0} & set(audited)) or [t]
+    return [t]
+
+
+def metric_gate(calib: Mapping[str, Any] | None, metric: str, t: int | None = None) -> tuple[str, list[str]]:
+    """(status, reasons) a metric at iteration t is written under: `unverified` when it rests on the
+    primary oracle and the gate of any iteration it reads failed (`calib["gates"]`, else the run's
+    `calib["gate"]`)."""
+    calib = calib or {}
+    if not oracle_dependent(metric):
+        return "ok", []
+    gates = calib.get("gates") or {}
+    if t is None or not gates:
+        g = calib.get("gate") or {}
+        return (UNVERIFIED, list(g["reasons"])) if g.get("status") == UNVERIFIED else ("ok", [])
+    read = [gates.get(str(u)) or gates.get(u) or calib.get("gate") or {}
+            for u in iterations_read(metric, t, (int(k) for k in gates))]
+    reasons = list(dict.fromkeys(r for g in read if g.get("status") == UNVERIFIED for r in g["reasons"]))
+    return (UNVERIFIED, reasons) if reasons else ("ok", [])
+
+
+def summary_gate(gates: Mapping[int, Mapping[str, Any]], run_gate: Mapping[str, Any]) -> dict[str, Any]:
+    """The seed's gate in one: ok only when every iteration's gate passes; reasons and warnings of
+    all of them, each once."""
+    every = [run_gate] if not gates else list(gates.values())
+    reasons = list(dict.fromkeys(r for g in every if g["status"] == UNVERIFIED for r in g["reasons"]))
+    warnings = list(dict.fromkeys(w for g in [run_gate, *every] for w in g.get("warnings", [])))
+    return {**run_gate, "status": UNVERIFIED if reasons else "ok", "reasons": reasons, "warnings": warnings}
+
+
+def undecided_by_record(rows: Sequence[AnswerRow], roles: Iterable[str]) -> dict[str, dict[str, dict[str, int]]]:
+    """role -> task_id -> {"n_undecided", "n_answers"}: the records each verifier could not decide
+    on some answer of `rows` (only records with an undecided verdict are listed)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for role in roles:
+        per: dict[str, dict[str, int]] = {}
+        for r in rows:
+            c = per.setdefault(r.task_id, {"n_undecided": 0, "n_answers": 0})
+            c["n_answers"] += 1
+            c["n_undecided"] += accepts(r, role) is None
+        out[role] = {tid: c for tid, c in sorted(per.items()) if c["n_undecided"]}
+    return out
+
+
+def run_calibration(stress: Sequence[AnswerRow], on_policy: Sequence[AnswerRow] | None,
+                    on_policy_iterations: Sequence[int | None], policy_by_t: Mapping[int, Sequence[AnswerRow]],
+                    roles: Sequence[str], cfg: GateConfig, where: str) -> dict[str, Any]:
+    """One reward × seed's calibration (pure): every verifier on each source (`verifiers`), on each
+    checkpoint's own on-policy labels (`checkpoints`: t -> role -> confusion, for the iterations whose
+    labels name them: `on_policy_iterations`, aligned with `on_policy`, None for a row of no
+    checkpoint), the gate of each iteration (`gates`), the seed's gate in one (`gate`), and the
+    records each verifier could not decide among the stress, on-policy and policy answers
+    (`undecided`)."""
+    calib = calibrate(stress, on_policy, roles)
+    run_gate = gate(calib, cfg, where=where)
+    own: dict[int, list[AnswerRow]] = {}
+    for row, t in zip(on_policy or [], on_policy_iterations, strict=True):
+        if t is not None:
+            own.setdefault(int(t), []).append(row)
+    per_t = {t: {role: confusion(rows, role) for role in roles} for t, rows in sorted(own.items())}
+    gates = checkpoint_gates(run_gate, per_t, sorted(policy_by_t), cfg, where)
+    for t, pol in sorted(policy_by_t.items()):
+        for role in roles:
+            w = undecided_warning(role, sum(accepts(r, role) is None for r in pol), len(pol), cfg,
+                                  f"policy answers at t = {t}")
+            if w:
+                gates[t]["warnings"].append(w)
+    answered = list(stress) + list(on_policy or []) + [r for rows in policy_by_t.values() for r in rows]
+    return {"verifiers": calib, "checkpoints": {str(t): c for t, c in per_t.items()},
+            "gates": {str(t): g for t, g in sorted(gates.items())}, "gate": summary_gate(gates, run_gate),
+            "undecided": undecided_by_record(answered, roles)}
 
 
 def undecided_warning(role: str, n_undecided: int, n: int, cfg: GateConfig, where: str) -> str | None:

@@ -341,13 +341,16 @@ def _rate(c: Mapping[str, Any], key: str, k: str, n: str) -> str:
 def calibration_section(doc: Mapping[str, Any]) -> list[str]:
     """The first table: every verifier on the labelled answers, then each run's gate."""
     lines = ["## Oracle calibration (read this first)", "",
-             "Each verifier against labelled answers: `stress` = the labelled stress answers of the audited "
-             "environments, `labelled` = the labelled on-policy answers (labelled_answers.jsonl), `all` = "
-             "both (the gate reads `all`). Rates leave partially_valid answers and undecided verdicts out.", "",
+             "Each verifier against labelled answers, per source, never pooled: `stress` = the labelled stress "
+             "answers of the audited environments (reported only), `on-policy` = answers the audited policy "
+             "wrote, labelled by reading (labelled_answers.jsonl, labels.jsonl of `python -m audit.label`), "
+             "`on-policy t = <t>` = those of checkpoint t. The gate reads the on-policy set alone (a checkpoint's "
+             "own labels where they hold enough of each class). Rates leave partially_valid answers and "
+             "undecided verdicts out.", "",
              "| reward | seed | verifier | set | agreement | accept-invalid | reject-valid | valid | invalid "
              "| partial | undecided |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    gates = []
+    gates, undecided = [], []
     for reward, entry in sorted(doc["rewards"].items()):
         for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
             cal = s.get("calibration")
@@ -355,13 +358,11 @@ def calibration_section(doc: Mapping[str, Any]) -> list[str]:
                 continue
             primary_first = sorted(cal["verifiers"], key=lambda r: (r != "oracle", not r.startswith("oracle/"), r))
             for role in primary_first:
-                sets = cal["verifiers"][role]
-                # `all` repeats `stress` when there is no labelled on-policy set
-                names = [n for n in ("stress", "labelled", "all") if sets.get(n) is not None]
-                if sets.get("labelled") is None and sets.get("stress") is not None:
-                    names.remove("all")
-                for name in names:
-                    c = sets.get(name)
+                sets = {"stress": cal["verifiers"][role].get("stress"),
+                        "on-policy": cal["verifiers"][role].get("labelled")}
+                sets |= {f"on-policy t = {t}": c.get(role) for t, c in sorted(
+                    (cal.get("checkpoints") or {}).items(), key=lambda kv: int(kv[0]))}
+                for name, c in sets.items():
                     if c is None:
                         continue
                     lines.append(f"| {reward} | {seed} | {role} | {name} | {_num(c['agreement'])} | "
@@ -375,10 +376,21 @@ def calibration_section(doc: Mapping[str, Any]) -> list[str]:
                              f"their drifts) is withheld: " + "; ".join(g["reasons"]) + ".")
             else:
                 gates.append(f"- `{reward}` seed {seed}: the primary oracle passes the gate.")
+            per_t = cal.get("gates") or {}
+            if len({(x["status"], tuple(x["reasons"])) for x in per_t.values()}) > 1:  # checkpoints differ
+                gates += [f"  - t = {t}: " + ("passes" if x["status"] != UNVERIFIED else "**unverified**: "
+                                              + "; ".join(x["reasons"])) + f" (set `{x.get('set')}`)."
+                          for t, x in sorted(per_t.items(), key=lambda kv: int(kv[0]))]
             gates += [f"- warning (`{reward}` seed {seed}): {w}." for w in g.get("warnings", [])]
+            for role, recs in sorted((cal.get("undecided") or {}).items()):
+                if recs:
+                    undecided.append(f"- `{reward}` seed {seed}, `{role}`: {len(recs)} record(s): " + ", ".join(
+                        f"`{tid}` ({c['n_undecided']} of {c['n_answers']})" for tid, c in recs.items()) + ".")
     if not gates:
         return []
-    return lines + ["", "Gate:", "", *gates, ""]
+    return lines + ["", "Gate:", "", *gates, "", "Records a verifier could not decide (undecided verdicts among "
+                    "the stress, on-policy and policy answers; on a release, whose records carry no `checks`, "
+                    "`spec` decides none):", "", *(undecided or ["- none."]), ""]
 
 
 def train_section(doc: Mapping[str, Any]) -> list[str]:

@@ -9,12 +9,16 @@
        "<reward>": {
          "seeds": {"<seed>": {
              "experiment": ...,
-             "calibration": {"verifiers": {"<role>": {"stress" | "labelled" | "all": null | {
+             "calibration": {"verifiers": {"<role>": {"stress" | "labelled": null | {
                                   "agreement", "accept_invalid", "reject_valid", "n_valid", "n_invalid",
                                   "n_accept_invalid", "n_reject_valid", "n_partial", "n_undecided",
                                   "undecided", "n_answers"}}},
-                             "gate": {"status": "ok" | "unverified", "reasons": [...],
-                                      "warnings": [...], "primary": "oracle", "set": "all"}},
+                             "checkpoints": {"<t>": {"<role>": {...the same, on t's own labels}}},
+                             "gates": {"<t>": {"status", "reasons", "warnings", "primary",
+                                               "set": "labelled" | "labelled/t=<t>", "where"}},
+                             "gate": {...the seed's in one: ok when every t's is},
+                             "undecided": {"<role>": {"<task_id>": {"n_undecided", "n_answers"}}},
+                             "oracles": {"<role>": fingerprint}},
              "iterations": {"<t>": {
                  "checkpoint": "<path>",
                  "metrics": {"<metric>": {"status": "ok" | "unverified", "reason": null | "...",
@@ -26,8 +30,9 @@
                                                 "n_seeds", "n_missing"}}}}}}
 
 A metric that rests on the primary oracle's verdicts (audit.calibration.oracle_dependent) is written
-with `status: unverified`, the gate's reasons and no number (value and interval null) when that
-seed's gate fails; its mean over seeds is unverified when any seed's is. `n_undefined` counts the
+with `status: unverified`, the gate's reasons and no number (value and interval null) when the
+gate of an iteration it reads fails (audit.calibration.metric_gate: the on-policy set decides,
+never the stress answers); its mean over seeds is unverified when any seed's is. `n_undefined` counts the
 bootstrap replicates whose statistic was undefined.
 
 `audit.csv` has one row per reward × seed × iteration × metric (`value, ci_low, ci_high, n`, the
@@ -47,7 +52,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .calibration import UNVERIFIED, oracle_dependent
+from .calibration import UNVERIFIED, metric_gate
 from .summary import IterationAudit, seed_summary
 
 VERSION = 1
@@ -81,7 +86,7 @@ def build_results(settings: Mapping[str, Any],
         for t, a in sorted(by_t.items()):
             iters[str(t)] = {
                 "checkpoint": checkpoints[(reward, seed, t)],
-                "metrics": {k: gated(k, asdict(v), calib) for k, v in sorted(a.metrics.items())},
+                "metrics": {k: gated(k, asdict(v), calib, t) for k, v in sorted(a.metrics.items())},
                 "counts": dict(sorted(a.counts.items())),
                 "exploit": {k: dict(sorted(v.items())) for k, v in sorted(a.exploit.items())},
             }
@@ -95,13 +100,13 @@ def build_results(settings: Mapping[str, Any],
     return _clean(doc)
 
 
-def gated(name: str, m: dict[str, Any], calib: Mapping[str, Any] | None) -> dict[str, Any]:
+def gated(name: str, m: dict[str, Any], calib: Mapping[str, Any] | None, t: int | None = None) -> dict[str, Any]:
     """A metric as written: withheld (`unverified`, the reasons, no number) when it rests on the
-    primary oracle and the gate failed."""
-    gate = (calib or {}).get("gate") or {}
-    if gate.get("status") == UNVERIFIED and oracle_dependent(name):
+    primary oracle and the gate of an iteration it reads failed (audit.calibration.metric_gate)."""
+    status, reasons = metric_gate(calib, name, t)
+    if status == UNVERIFIED:
         return {**m, "value": None, "ci_low": None, "ci_high": None, "status": UNVERIFIED,
-                "reason": "; ".join(gate["reasons"])}
+                "reason": "; ".join(reasons)}
     return {**m, "status": OK, "reason": None}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -16,27 +17,40 @@ def ans(label, oracle, checks=True, parts=(), source="stress"):
 
 
 def test_confusion_and_gate_by_hand():
-    """Stress: 3 valid (oracle accepts 2, rejects 1), 4 invalid (accepts 1, rejects 2, undecided 1),
+    """On-policy: 3 valid (oracle accepts 2, rejects 1), 4 invalid (accepts 1, rejects 2, undecided 1),
     1 partially_valid. Decided binary: 3 valid + 3 invalid = 6; wrong: 1 rejected valid + 1 accepted
     invalid → agreement 4/6; accept-invalid 1/3; reject-valid 1/3; undecided 1 of 8.
-    Gate (thresholds 0.2, min 10 per class): fails on both rates and on both counts."""
-    stress = [ans("valid", True), ans("valid", True), ans("valid", False),
-              ans("invalid", True), ans("invalid", False), ans("invalid", False), ans("invalid", None),
-              ans("partially_valid", True)]
-    cal = C.calibrate(stress, None, ["oracle"])
-    c = cal["oracle"]["stress"]
+    Gate (thresholds 0.2, min 10 per class): fails on both rates and on both counts, each reason
+    naming the on-policy set."""
+    rows = [ans("valid", True), ans("valid", True), ans("valid", False),
+            ans("invalid", True), ans("invalid", False), ans("invalid", False), ans("invalid", None),
+            ans("partially_valid", True)]
+    cal = C.calibrate([], rows, ["oracle"])
+    c = cal["oracle"]["labelled"]
     assert c["agreement"] == pytest.approx(4 / 6)
     assert (c["accept_invalid"], c["reject_valid"]) == (pytest.approx(1 / 3), pytest.approx(1 / 3))
     assert (c["n_valid"], c["n_invalid"], c["n_partial"], c["n_undecided"], c["n_answers"]) == (3, 3, 1, 1, 8)
-    assert cal["oracle"]["labelled"] is None and cal["oracle"]["all"] == c
-    g = C.gate(cal, C.GateConfig())
+    assert set(cal["oracle"]) == {"stress", "labelled"}  # never pooled
+    g = C.gate(cal, C.GateConfig(), where="on-policy set (labels.jsonl)")
     assert g["status"] == "unverified"
     assert g["reasons"] == [
-        "the primary oracle is measured on 3 labelled valid answers (< 10)",
-        "the primary oracle is measured on 3 labelled invalid answers (< 10)",
-        "the primary oracle accepts 33.3% of labelled invalid answers (1/3; > 20.0%)",
-        "the primary oracle rejects 33.3% of labelled valid answers (1/3; > 20.0%)"]
-    assert g["warnings"] == ["verifier `oracle` is undecided on 12.5% of its calibration answers (1/8; > 10.0%)"]
+        "on-policy set (labels.jsonl): the primary oracle is measured on 3 labelled valid answers (< 10)",
+        "on-policy set (labels.jsonl): the primary oracle is measured on 3 labelled invalid answers (< 10)",
+        "on-policy set (labels.jsonl): the primary oracle accepts 33.3% of labelled invalid answers (1/3; > 20.0%)",
+        "on-policy set (labels.jsonl): the primary oracle rejects 33.3% of labelled valid answers (1/3; > 20.0%)"]
+    assert g["warnings"] == ["verifier `oracle` is undecided on 12.5% of its labelled calibration answers "
+                             "(1/8; > 10.0%)"]
+
+
+def test_the_stress_answers_never_decide_the_gate():
+    """Stress answers the oracle judges perfectly (10 valid accepted, 10 invalid rejected) and no
+    on-policy set: unverified, the reason saying the on-policy set is missing."""
+    stress = [ans("valid", True) for _ in range(10)] + [ans("invalid", False) for _ in range(10)]
+    cal = C.calibrate(stress, None, ["oracle"])
+    assert cal["oracle"]["stress"]["agreement"] == 1.0 and cal["oracle"]["labelled"] is None
+    g = C.gate(cal, C.GateConfig())
+    assert g["status"] == "unverified"
+    assert g["reasons"][0].startswith("the on-policy set: none (no labelled answers of the audited policy")
 
 
 def test_gate_passes_on_enough_well_judged_answers_and_reads_members():
@@ -50,6 +64,101 @@ def test_gate_passes_on_enough_well_judged_answers_and_reads_members():
     assert C.gate(cal, C.GateConfig())["status"] == "ok"
     assert cal["oracle/spec"]["labelled"]["accept_invalid"] == 1.0
     assert C.gate(cal, C.GateConfig(max_accept_invalid=0.1))["status"] == "unverified"
+
+
+def policy_rows(t_shift=0.0):
+    """Policy and stress rows of two impossible environments and a control, every label the oracle's."""
+    out = []
+    for env, kind in (("E1", "impossible"), ("E2", "impossible"), ("C1", "control")):
+        for j in range(4):
+            label = "valid" if j % 2 else "invalid"
+            out.append(AnswerRow(env, kind, "policy", f"p{j}", f"{env} answer {j}", 0.2 * j + t_shift, 0.5, label,
+                                 j != 2, None, oracle_accept=label == "valid"))
+        for j, label in enumerate(("valid", "invalid", "invalid")):
+            out.append(AnswerRow(env, kind, "stress", f"s{j}", f"{env} stress {j}", 0.3 * j, 0.5, label,
+                                 True, None, j == 0, oracle_accept=label == "valid"))
+    return out
+
+
+@pytest.mark.parametrize("on_policy, because", [
+    pytest.param([ans("invalid", False, source="labelled") for _ in range(12)],
+                 "the primary oracle is measured on 0 labelled valid answers (< 10)", id="no-valid-class"),
+    pytest.param([ans("valid", True, source="labelled") for _ in range(10)]
+                 + [ans("invalid", i < 5, source="labelled") for i in range(10)],
+                 "the primary oracle accepts 50.0% of labelled invalid answers (5/10; > 20.0%)", id="accepts-invalid"),
+])
+def test_stress_passes_on_policy_fails_every_oracle_figure_unverified(on_policy, because):
+    """Stress: 10 valid accepted and 10 invalid rejected (a pass on its own). On-policy: no valid
+    answer, or half its invalid answers accepted. Every oracle-dependent figure of every iteration
+    is `unverified`, no number, the reason naming the on-policy set; the others keep their numbers."""
+    from dataclasses import asdict
+
+    from audit.results import build_results
+    from audit.summary import StatsSettings, seed_metrics
+
+    stress = [ans("valid", True) for _ in range(10)] + [ans("invalid", False) for _ in range(10)]
+    rows_by_t = {0: policy_rows(), 1: policy_rows(0.1)}
+    where = "on-policy set (data/mini/labelled_answers.jsonl)"
+    calib = C.run_calibration(stress, on_policy, [None] * len(on_policy),
+                              {t: [r for r in rs if r.source == "policy"] for t, rs in rows_by_t.items()},
+                              ["oracle"], C.GateConfig(), where)
+    assert calib["verifiers"]["oracle"]["stress"]["agreement"] == 1.0
+    assert calib["gate"]["status"] == "unverified" and calib["gate"]["reasons"] == [f"{where}: {because}"]
+    audits = seed_metrics(rows_by_t, run_seed=0, settings=StatsSettings(seed=0, B=1000))
+    doc = build_results({}, {("anchored", 0): audits}, {("anchored", 0, t): f"iter_{t}" for t in (0, 1)},
+                        {("anchored", 0): "exp"}, [], {("anchored", 0): calib})
+    seed = doc["rewards"]["anchored"]["seeds"]["0"]
+    dependent = 0
+    for t, it in seed["iterations"].items():
+        for name, m in it["metrics"].items():
+            if C.oracle_dependent(name):
+                dependent += 1
+                assert m["status"] == "unverified" and m["value"] is None and m["ci_low"] is None, (t, name)
+                assert m["reason"] == f"{where}: {because}", (t, name)
+            else:
+                v = asdict(audits[int(t)].metrics[name])["value"]
+                assert m["status"] == "ok" and m["value"] == (None if math.isnan(v) else v), (t, name)
+    assert dependent >= 2 * 20
+    for name, m in doc["rewards"]["anchored"]["across_seeds"]["1"].items():
+        assert (m["status"] == "unverified") == C.oracle_dependent(name), name
+        if m["status"] == "unverified":
+            assert where in m["reason"], name
+
+
+def test_each_checkpoint_is_gated_on_its_own_labels_where_they_suffice():
+    """Run-level on-policy set: t = 1's 20 labels (pass: 1/10 invalid accepted) and t = 0's 6 (too
+    few of a class) and 12 of no checkpoint whose oracle accepts every invalid one. Pooled: 13/26
+    invalid accepted → the run's gate fails. t = 1 has enough labels of its own and passes; t = 0
+    falls back to the run's gate (with a warning). Drift at t = 1 reads t = 0 too: unverified."""
+    t1 = [ans("valid", True, source="labelled") for _ in range(10)] + [
+        ans("invalid", i < 1, source="labelled") for i in range(10)]
+    t0 = [ans("valid", True, source="labelled") for _ in range(3)] + [
+        ans("invalid", False, source="labelled") for _ in range(3)]
+    loose = [ans("invalid", True, source="labelled") for _ in range(12)]
+    on_policy, its = t1 + t0 + loose, [1] * 20 + [0] * 6 + [None] * 12
+    cal = C.run_calibration([], on_policy, its, {0: [], 1: []}, ["oracle"], C.GateConfig(), "on-policy set (labels.jsonl)")
+    assert cal["verifiers"]["oracle"]["labelled"]["n_accept_invalid"] == 13
+    assert cal["checkpoints"]["1"]["oracle"]["accept_invalid"] == pytest.approx(0.1)
+    assert cal["checkpoints"]["0"]["oracle"]["n_valid"] == 3
+    assert cal["gates"]["1"]["status"] == "ok" and cal["gates"]["1"]["set"] == "labelled/t=1"
+    assert cal["gates"]["0"]["status"] == "unverified"
+    assert any("at t = 0 holds 3 valid and 3 invalid" in w for w in cal["gates"]["0"]["warnings"])
+    assert cal["gate"]["status"] == "unverified"
+    assert C.metric_gate(cal, "va_gap/impossible", 1) == ("ok", [])
+    assert C.metric_gate(cal, "va_gap/impossible", 0)[0] == "unverified"
+    assert C.metric_gate(cal, "valid_rate_drift/impossible", 1)[0] == "unverified"
+    assert C.metric_gate(cal, "fpr_slope/policy", 1)[0] == "unverified"
+    assert C.metric_gate(cal, "apparent/impossible", 0) == ("ok", [])
+
+
+def test_records_a_verifier_cannot_decide_are_counted_per_record():
+    """A release record without `checks`: `spec` decides none of its answers; checks decide all."""
+    rows = [AnswerRow(tid, "impossible", "stress", f"a{j}", "t", None, None, "invalid", True, None,
+                      oracle_accept=None if tid == "R1" else False, parts=(("spec", None if tid == "R1" else False),))
+            for tid in ("R1", "R2") for j in range(3)]
+    out = C.undecided_by_record(rows, ["oracle", "oracle/spec", "checks"])
+    assert out == {"oracle": {"R1": {"n_undecided": 3, "n_answers": 3}},
+                   "oracle/spec": {"R1": {"n_undecided": 3, "n_answers": 3}}, "checks": {}}
 
 
 def test_which_metrics_rest_on_the_oracle():

@@ -98,15 +98,22 @@ def test_paired_environment_bootstrap_against_rubric_with_bonferroni():
 
 def test_unverified_cells_and_comparison_when_the_gate_fails():
     """A seed whose gate failed: its oracle-dependent cells read `unverified`, never a number, the
-    calibration table comes first with the reasons, and a comparison involving it is withheld."""
+    calibration table comes first with both sources (stress beside the on-policy set, and the
+    on-policy labels of a checkpoint), the reasons and the records a verifier could not decide, and
+    a comparison involving it is withheld."""
     from audit.results import gated
 
-    calib = {"verifiers": {"oracle": {"stress": None, "labelled": None, "all": {
+    on_policy = {
         "agreement": 0.5, "accept_invalid": 1.0, "reject_valid": 0.0, "n_valid": 10, "n_invalid": 10,
         "n_accept_invalid": 10, "n_reject_valid": 0, "n_partial": 0, "n_undecided": 0, "undecided": 0.0,
-        "n_answers": 20}}},
-             "gate": {"status": "unverified", "reasons": ["the primary oracle accepts 100.0% of labelled "
-                                                          "invalid answers (10/10; > 20.0%)"], "warnings": []}}
+        "n_answers": 20}
+    stress = {**on_policy, "agreement": 1.0, "accept_invalid": 0.0, "n_accept_invalid": 0}
+    calib = {"verifiers": {"oracle": {"stress": stress, "labelled": on_policy}},
+             "checkpoints": {"1": {"oracle": on_policy}},
+             "gate": {"status": "unverified", "reasons": ["on-policy set (labels.jsonl): the primary oracle accepts "
+                                                          "100.0% of labelled invalid answers (10/10; > 20.0%)"],
+                      "warnings": []},
+             "undecided": {"oracle": {"R7": {"n_undecided": 3, "n_answers": 4}}, "checks": {}}}
     seed = {"experiment": "exp", "calibration": calib, "iterations": {"1": {
         "checkpoint": "x", "counts": {}, "exploit": {"impossible": {"E1": [1, 1]}, "control": {}},
         "metrics": {"va_gap/impossible": gated("va_gap/impossible", metric(0.5, 0.1, 0.9), calib),
@@ -120,7 +127,11 @@ def test_unverified_cells_and_comparison_when_the_gate_fails():
     assert row(md, "va_gap/impossible", "anchored") == "| anchored |  | unverified |"
     assert row(md, "apparent/impossible", "anchored") == "| anchored |  | 0.700 [0.100, 0.900]* |"
     assert "accepts 100.0% of labelled invalid answers (10/10; > 20.0%)" in md
-    assert "| anchored | 0 | oracle | all | 0.500 | 1.000 (10/10) | 0.000 (0/10) |" in md
+    assert "| anchored | 0 | oracle | on-policy | 0.500 | 1.000 (10/10) | 0.000 (0/10) |" in md
+    assert "| anchored | 0 | oracle | stress | 1.000 | 0.000 (0/10) | 0.000 (0/10) |" in md
+    assert "| anchored | 0 | oracle | on-policy t = 1 | 0.500 | 1.000 (10/10) |" in md
+    assert "on-policy set (labels.jsonl): the primary oracle accepts 100.0%" in md
+    assert "- `anchored` seed 0, `oracle`: 1 record(s): `R7` (3 of 4)." in md
     [cmp] = report.comparisons(doc)[2]
     assert cmp["status"] == "unverified" and "seed 0" in cmp["reason"]
 
