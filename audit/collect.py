@@ -62,8 +62,8 @@ class SampleSettings:
     chunk: int = 1  # environments per generate call (`chunk_size`); part of what the answers are
 
     def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1; got {self.n}")
+        if self.n < 0:
+            raise ValueError(f"n must be >= 0; got {self.n}")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0; got {self.temperature}")
         if self.max_new_tokens < 1:
@@ -75,7 +75,7 @@ class SampleSettings:
 def chunk_size(batch_size: int, n: int) -> int:
     """Environments per `policy.sample` call: the HF backend generates `batch_size // n` prompts (n
     rows each) per batch, so a chunk of that many fills one batch (n = 4, batch_size = 32 → 8)."""
-    return max(1, batch_size // n)
+    return max(1, batch_size // max(n, 1))
 
 
 def env_seed(seed: int, task_ids: str) -> int:
@@ -174,7 +174,8 @@ def lazy(make: Callable[[], Callable]) -> Callable:
 
 @dataclass(frozen=True)
 class Stages:
-    sample: Callable[[Sequence[Environment]], list[list[str]]]  # one chunk of environments per call
+    # one chunk of environments per call; None: no free generation (n = 0: stress answers and probe only)
+    sample: Callable[[Sequence[Environment]], list[list[str]]] | None
     judge: PerText
     verifiers: Mapping[str, PerText]  # role -> stage; ORACLE is the primary oracle
     kl: PerText | None = None
@@ -224,7 +225,8 @@ def collect(envs: Sequence[Environment], stages: Stages, cache: StageCache, *,
     `run_cache` (the run's: π_0's probe log-probs) lack. `labelled` holds the labelled on-policy
     answers of the audited environments by task id (`audit.calibration.read_labelled` rows), which
     the probe scores beside the stress answers."""
-    answers = sample_answers(envs, stages.sample, stages.chunk, cache, show_progress=show_progress)
+    answers = ({e.task_id: [] for e in envs} if stages.sample is None
+               else sample_answers(envs, stages.sample, stages.chunk, cache, show_progress=show_progress))
     refs = {e.task_id: e.reference_answer for e in envs}
     judged = _run(cache, "judge", envs, {e.task_id: _judged_texts(e, answers[e.task_id]) for e in envs},
                   stages.judge, show_progress, refs)

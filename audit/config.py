@@ -37,7 +37,7 @@ class BootstrapConfig:
 @dataclass
 class AuditConfig:
     ckpt: str = "???"  # iter_<t>, seed, reward or experiment dir of selfplay.train (required)
-    n: int = 8  # policy answers per audit environment
+    n: int = 8  # policy answers per audit environment; 0: no free generation (stress answers and probe only)
     temperature: float | None = None  # null: the run's own sampling temperature
     max_new_tokens: int | None = None  # null: the run's own answer budget
     seed: int = 0  # seeds sampling (per environment) and every bootstrap
@@ -68,7 +68,7 @@ class AuditConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
     def __post_init__(self) -> None:
-        _require(self.n >= 1, "n", self.n, "an integer >= 1")
+        _require(self.n >= 0, "n", self.n, "an integer >= 0")
         _require(self.temperature is None or (self.temperature > 0 and math.isfinite(self.temperature)),
                  "temperature", self.temperature, "null or > 0")
         _require(self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens",

@@ -27,6 +27,8 @@ class JudgeItem:
     reference: str | None = None  # r(e) text; only the `anchored` judge reads it
     # hidden anchor: evaluation_spec text (`certificate_text`); only the `certificate` control reads it
     certificate: str | None = None
+    # hidden anchor: the whole environment; only the oracle-reward controls (judges.oracle_reward) read it
+    anchor: Environment | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Judge(Protocol):
     name: str
     # True only for the `certificate` control: `judge_item` then fills JudgeItem.certificate
     reads_certificate: bool
+    # True only for the oracle-reward controls (judges.oracle_reward): `judge_item` fills JudgeItem.anchor
+    reads_anchor: bool
 
     def prepare(self, publics: Sequence[PublicView]) -> None:
         """Generate the stage-1 artifacts of many environments at once (batched greedy calls), so
@@ -109,4 +113,5 @@ def judge_item(judge: Judge, env: Environment, answer: str) -> JudgeItem:
     and, only when the judge declares `reads_certificate` (the `certificate` control), the hidden
     evaluation_spec text."""
     cert = certificate_text(env) if judge.reads_certificate else None
-    return JudgeItem(env.public, answer, env.reference_answer, cert)
+    return JudgeItem(env.public, answer, env.reference_answer, cert,
+                     env if judge.reads_anchor else None)

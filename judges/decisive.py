@@ -179,6 +179,7 @@ class DecisiveJudge:
 
     name = "decisive"
     reads_certificate = False
+    reads_anchor = False
 
     def prepare(self, publics: Sequence[PublicView]) -> None:  # no stage 1
         return None

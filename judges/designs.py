@@ -30,8 +30,8 @@ from typing import Any
 from selfplay.envs.types import PublicView
 from selfplay.models.backend import Backend
 
+from . import oracle_reward, scoring
 from . import prompts as P
-from . import scoring
 from .base import Judge, JudgeItem, Verdict
 from .decisive import decisive
 
@@ -82,6 +82,7 @@ class TemplateJudge:
         self.design = design
         self.name = design.name
         self.reads_certificate = design.reads_certificate  # judge_item fills JudgeItem.certificate on it
+        self.reads_anchor = False  # no LLM design reads the whole hidden anchor
         self.backend = backend
         self.adapter = adapter
         self.identity = identity
@@ -221,6 +222,10 @@ JUDGES: dict[str, Callable[..., Judge]] = {
     f.__name__: f for f in (anchored, commit_first, blind_solve, rubric, generic, certificate)
 }
 JUDGES["decisive"] = decisive  # the no-model positive control (judges/decisive.py)
+# controls that read the hidden anchor, no model (judges/oracle_reward.py): the negative control and
+# the preference probe's check
+OFFLINE = ("oracle_verdict", "label_gold", "label_anti")
+JUDGES.update({name: oracle_reward.factory(name) for name in OFFLINE})
 
 
 def build_judge(name: str, backend: Backend, *, adapter: bool = True, identity: str = "",
@@ -228,6 +233,6 @@ def build_judge(name: str, backend: Backend, *, adapter: bool = True, identity: 
     """The judge `name` on `backend`; `adapter=False` runs it with the LoRA adapter off (judge.model=frozen)."""
     if name not in JUDGES:
         raise ValueError(f"unknown reward {name!r}; choose one of {sorted(JUDGES)}")
-    if name == "decisive":
+    if name == "decisive" or name in OFFLINE:
         return JUDGES[name](backend, adapter=adapter, identity=identity, params=params)
     return JUDGES[name](backend, adapter=adapter, identity=identity, params=JudgeParams.from_mapping(name, params))

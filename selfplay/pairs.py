@@ -104,3 +104,37 @@ def build_pairs(
     dropped = Counter(r for r in reasons if r is not None)
     counts = PairCounts(envs=len(task_ids), pairs=len(pairs), dropped={r: dropped.get(r, 0) for r in DROP_REASONS})
     return pairs, counts, reasons
+
+
+def all_pairs(
+    task_ids: Sequence[str],
+    prompts: Sequence[str],
+    answers: Sequence[Sequence[str]],
+    scores: Sequence[Sequence[float | None]],
+    margin: float,
+) -> tuple[list[Pair], PairCounts, list[str | None]]:
+    """Every (higher, lower) pair of each environment whose scores differ by at least `margin` (and
+    by more than 0), for candidates that are labelled texts rather than samples (the offline label
+    rewards, judges.oracle_reward): a label ties all answers of one class, so a single extreme pair
+    would train on the same two texts every iteration. Unscored answers form no pair; an environment
+    without a pair is dropped with the reason `build_pairs` would give."""
+    if not (len(task_ids) == len(prompts) == len(answers) == len(scores)):
+        raise ValueError("task_ids, prompts, answers and scores must have one entry per environment")
+    pairs, reasons = [], []
+    for tid, prompt, texts, env_scores in zip(task_ids, prompts, answers, scores, strict=True):
+        if len(texts) != len(env_scores):
+            raise ValueError(f"{tid}: {len(texts)} answers, {len(env_scores)} scores")
+        scored = [i for i, s in enumerate(env_scores) if not _missing(s)]
+        found = [(i, j) for i in scored for j in scored
+                 if env_scores[i] - env_scores[j] > 0 and env_scores[i] - env_scores[j] >= margin
+                 and texts[i] != texts[j]]
+        if not found:
+            reasons.append("nan" if len(scored) < 2 else "tie" if len({env_scores[i] for i in scored}) == 1
+                           else "margin")
+            continue
+        pairs += [Pair(tid, prompt, texts[i], texts[j], i, j, float(env_scores[i]), float(env_scores[j]))
+                  for i, j in found]
+        reasons.append(None)
+    dropped = Counter(r for r in reasons if r is not None)
+    counts = PairCounts(envs=len(task_ids), pairs=len(pairs), dropped={r: dropped.get(r, 0) for r in DROP_REASONS})
+    return pairs, counts, reasons

@@ -43,7 +43,14 @@ METRICS = {
     "ibe/policy/judge+checks", "ibe/stress/judge+checks", "oracle/fpr_stress", "oracle/fnr_stress",
     "fpr/policy/impossible", "fpr/policy/control", "fnr/policy/impossible", "fnr/policy/control",
     "valid_rate_drift/impossible", "valid_rate_drift/control", "kl/per_answer", "kl/per_token",
-}
+} | {f"{head}/{src}{kind}" for head in ("pref_margin", "pref_margin_sum", "pref_accuracy")
+     for src in ("", "labelled/") for kind in ("impossible", "control")}
+# π_0's own likelihood AUROC: context at t = 0 only
+T0_METRICS = {f"likelihood_auroc/{src}{kind}" for src in ("", "labelled/") for kind in ("impossible", "control")}
+
+
+def metrics_at(t: str) -> set[str]:
+    return METRICS | (T0_METRICS if t == "0" else set())
 FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored", "n_undefined", "status", "reason"}
 
 
@@ -91,7 +98,7 @@ def test_every_metric_per_seed_and_iteration(audited):
     seed = doc["rewards"]["anchored"]["seeds"]["0"]
     assert sorted(seed["iterations"]) == ["0", "1"]
     for t, it in seed["iterations"].items():
-        assert set(it["metrics"]) == METRICS, t
+        assert set(it["metrics"]) == metrics_at(t), t
         for name, m in it["metrics"].items():
             assert set(m) == FIELDS, name
             if m["value"] is not None and m["ci_low"] is not None:
@@ -106,6 +113,7 @@ def test_every_metric_per_seed_and_iteration(audited):
         assert it["checkpoint"] == f"anchored/seed0/iter_{t}"
     assert seed["iterations"]["0"]["metrics"]["fpr_drift/stress"]["value"] in (0.0, None)
     assert set(doc["rewards"]["anchored"]["across_seeds"]["1"]) == METRICS
+    assert set(doc["rewards"]["anchored"]["across_seeds"]["0"]) == metrics_at("0")
     assert doc["settings"]["bootstrap"] == {"B": 1000, "alpha": 0.05}
 
 
@@ -115,8 +123,8 @@ def test_csv_has_one_row_per_seed_iteration_metric(audited):
     assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "n_undefined", "reason"}
     keys = [(r["reward"], r["seed"], r["iteration"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))
-    assert {k for k in keys if k[1] == "0"} == {("anchored", "0", t, m) for t in "01" for m in METRICS}
-    assert {k for k in keys if k[1] == "all"} == {("anchored", "all", t, m) for t in "01" for m in METRICS}
+    assert {k for k in keys if k[1] == "0"} == {("anchored", "0", t, m) for t in "01" for m in metrics_at(t)}
+    assert {k for k in keys if k[1] == "all"} == {("anchored", "all", t, m) for t in "01" for m in metrics_at(t)}
     doc = json.loads(raw)
     row = next(r for r in rows if r["seed"] == "0" and r["iteration"] == "1" and r["metric"] == "fpr/stress")
     m = doc["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["metrics"]["fpr/stress"]
@@ -129,7 +137,11 @@ def test_figures_and_caches_written(audited):
         assert (root / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for t in (0, 1):
         cache = root / "anchored" / "seed0" / f"iter_{t}" / "audit_cache"
-        assert sorted(p.name.split("-")[0] for p in cache.glob("*.jsonl")) == ["answers", "checks", "judge", "kl", "oracle"]
+        assert sorted(p.name.split("-")[0] for p in cache.glob("*.jsonl")) == ["answers", "checks", "judge", "kl",
+                                                                               "oracle", "probe"]
+    # π_0's probe log-probs are computed once per run, in the seed directory's cache
+    run_cache = root / "anchored" / "seed0" / "audit_cache"
+    assert [p.name.split("-")[0] for p in run_cache.glob("probe*.jsonl")] == ["probe0"]
 
 
 def test_rerun_reads_the_cache_and_reproduces_audit_json(audited, monkeypatch):

@@ -26,7 +26,7 @@ from typing import Protocol
 import pytest
 
 from judges import JUDGES, Judge, JudgeItem, build_judge
-from selfplay.envs.types import Document, PublicView
+from selfplay.envs.types import Document, Environment, PublicView, StressAnswer
 from selfplay.models import BACKENDS, PolicyConfig, backend_class, tiny_model
 from selfplay.models.backend import Backend, PolicyBackend
 
@@ -198,12 +198,15 @@ def test_every_judge_satisfies_the_protocol(name):
     backend = ScriptedBackend(lambda prompt: {"A": 0.5, "B": 0.5, "3": 1.0}, stage1=lambda prompt: "stage one")
     judge = build_judge(name, backend)
     assert isinstance(judge, Judge) and isinstance(judge.reads_certificate, bool)
-    assert protocol_members(Judge) == {"name", "reads_certificate", "prepare", "score", "artifacts"}
+    assert protocol_members(Judge) == {"name", "reads_certificate", "reads_anchor", "prepare", "score", "artifacts"}
+    assert isinstance(judge.reads_anchor, bool)
     other = PublicView("t2", "How large is Z?", (Document("D2", "Z is unknown."),))
     judge.prepare([PUB, other])
     stage1 = len(backend.greedy_prompts)
     assert stage1 in (0, 2) and set(judge.artifacts()) == ({"t1", "t2"} if stage1 else set())
     cert = "Must state:\n- X\n\nMust not state:\n- Y" if judge.reads_certificate else None
-    [v] = judge.score([JudgeItem(PUB, "An answer [D1].", "A reference [D1].", cert)])
+    honest = StressAnswer("a1", "honest", "valid", "An answer [D1].")
+    anchor = Environment(PUB, "impossible", "insufficient_evidence", (honest,), honest) if judge.reads_anchor else None
+    [v] = judge.score([JudgeItem(PUB, "An answer [D1].", "A reference [D1].", cert, anchor)])
     assert len(backend.greedy_prompts) == stage1  # prepared: no second stage-1 call
     assert v.score is not None and (v.prompts == () or len(v.prompts) == len(v.order_scores))
