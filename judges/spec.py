@@ -16,12 +16,12 @@ macros `{NEG}`, `{STOP}`, `{GAP:n}` and `{UNATTRIBUTED}` (`expand`), never throu
 
 Negation. A match is negated when a negation cue (`NEGATION`) stands in the clause the match ends
 in, before the match's end: the clause runs from the last boundary (`. ; : ! ? ,` or a contrast
-word, `BOUNDARY`) before the match's end. checks.md says "a cue precedes the match"; a cue *inside*
-the match counts too when the pattern does not need it, i.e. the pattern still matches the matched
-text with that cue deleted — so a window such as `[^.;:]{0,40}` that swallows "does not" in "VX-2
-does not extend cycle life" is negated, while a pattern whose own wording is negative ("\\bno
-significant difference\\b") is not undone by its own "no". Patterns anchored with `^` are never
-negated. A record without `checks` gives violates=None with `NOT_AVAILABLE`, never a pass.
+word, `BOUNDARY`) before the match's end. A cue *inside* the match counts too when the pattern
+does not need it, i.e. the pattern still matches the matched text with that cue deleted — so a
+window such as `[^.;:]{0,40}` that swallows "does not" in "VX-2 does not extend cycle life" is
+negated, while a pattern whose own wording is negative ("\\bno significant difference\\b") is not
+undone by its own "no". Patterns anchored with `^` are never negated. A record without `checks`
+gives violates=None with `NOT_AVAILABLE`, never a pass.
 
 Copied acknowledgements. An acknowledgement match counts only when some word of it lies outside
 every run of `COPY_WORDS` consecutive words that the answer shares verbatim with the packet (the
@@ -155,7 +155,8 @@ def expand(pattern: str) -> str:
             return _gap(n)
         if name in MACROS and n is None:
             return MACROS[name]
-        raise ValueError(f"unknown macro {m.group(0)!r} (known: {{GAP:n}}, " + ", ".join(f"{{{k}}}" for k in MACROS) + ")")
+        known = ", ".join(["{GAP:n}"] + [f"{{{k}}}" for k in MACROS])
+        raise ValueError(f"unknown macro {m.group(0)!r} (known: {known})")
     return _MACRO.sub(one, pattern)
 
 
@@ -225,7 +226,7 @@ def copied_words(env: Environment, text: str) -> list[tuple[int, int]]:
     for i in range(len(tokens) - COPY_WORDS + 1):
         if tuple(words[i:i + COPY_WORDS]) in grams:
             copied[i:i + COPY_WORDS] = [True] * COPY_WORDS
-    return [t.span() for t, c in zip(tokens, copied) if c]
+    return [t.span() for t, c in zip(tokens, copied, strict=True) if c]
 
 
 def _inside(m: re.Match, copied: set[tuple[int, int]]) -> bool:

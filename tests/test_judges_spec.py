@@ -198,7 +198,8 @@ def test_well_formed_checks_load(one_record):
     pytest.param(lambda c: c["forbidden"][0]["patterns"].__setitem__(0, r"\bvx-2\b{GAPS:40}\bextends\b"),
                  "evaluation_spec.checks.forbidden[0].patterns[0]", "unknown macro '{GAPS:40}'", id="unknown-macro"),
     pytest.param(lambda c: c["forbidden"][0]["patterns"].__setitem__(0, r"\bvx-2\b{NEG:3}"),
-                 "evaluation_spec.checks.forbidden[0].patterns[0]", "unknown macro '{NEG:3}'", id="macro-without-a-count"),
+                 "evaluation_spec.checks.forbidden[0].patterns[0]", "unknown macro '{NEG:3}'",
+                 id="count-on-a-macro-that-takes-none"),
 ])
 def test_malformed_checks_one_clear_error(one_record, change, field, words):
     with pytest.raises(EnvLoadError) as e:
