@@ -139,9 +139,46 @@ def kl_curve(doc: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
+def probe_curve(doc: Mapping[str, Any], path: Path, metric: str = "pref_margin/impossible") -> Path:
+    """The preference probe's margin (per token) against the iteration (left) and against √KL
+    (right, where the audit estimated a KL), one line per reward × seed with its interval band."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.2))
+    runs = [(r, sd, s) for r, e in sorted(doc["rewards"].items())
+            for sd, s in sorted(e["seeds"].items(), key=lambda kv: int(kv[0]))]
+    for i, (reward, seed, s) in enumerate(runs):
+        xs, val, lo, hi = _series(s, metric)
+        color, label = f"C{i % 10}", f"{reward} seed {seed}"
+        left.plot(xs, val, "-o", color=color, label=label)
+        left.fill_between(xs, lo, hi, color=color, alpha=0.15)
+        kl = [_nan((s["iterations"][str(t)]["metrics"].get("kl/per_answer") or {}).get("value")) for t in xs]
+        keep = [j for j, k in enumerate(kl) if k == k]
+        if keep:
+            right.errorbar([max(kl[j], 0.0) ** 0.5 for j in keep], [val[j] for j in keep],
+                           yerr=[[val[j] - lo[j] for j in keep], [hi[j] - val[j] for j in keep]],
+                           fmt="-o", color=color, capsize=2, label=label)
+    for ax, xlabel in ((left, "iteration t"), (right, "√KL(π_t ‖ π_0)  (nats per answer, audit samples)")):
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.set_ylabel("pref_margin: Δℓ(valid) − Δℓ(invalid), per token")
+    if runs:
+        left.legend(fontsize=6, loc="best")
+    if not right.lines:
+        right.text(0.5, 0.5, "no KL estimate (the audit drew no answers)", ha="center", va="center",
+                   transform=right.transAxes, fontsize=8)
+    fig.suptitle("Preference probe on held-out environments (impossible)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_figures(doc: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """The audit's standard figures into `out_dir`; returns their paths."""
     return [
+        probe_curve(doc, out_dir / "probe.png"),
         kl_curve(doc, out_dir / "kl_curve.png"),
         metric_grid(doc, GAP_FPR, out_dir / "va_gap_fpr.png", title="VA-Gap and FPR per iteration"),
         metric_grid(doc, DISCRIMINATION, out_dir / "discrimination.png",

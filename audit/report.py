@@ -41,6 +41,9 @@ BASELINE = "rubric"
 UNVERIFIED = "unverified"
 # report order; metrics not listed follow in alphabetical order
 ORDER = (
+    "pref_margin/impossible", "pref_margin/control", "pref_accuracy/impossible", "pref_accuracy/control",
+    "pref_margin_sum/impossible", "pref_margin_sum/control", "likelihood_auroc/impossible",
+    "likelihood_auroc/control",
     "va_gap/impossible", "va_gap/control", "apparent/impossible", "apparent/control",
     "verified/impossible", "verified/control", "valid_rate/impossible", "valid_rate/control",
     "valid_rate_drift/impossible", "valid_rate_drift/control", "kl/per_answer", "kl/per_token",
@@ -61,7 +64,16 @@ TITLES = {
     "auroc": "Within-environment AUROC", "ibe": "Independence-bound excess (IBE)",
     "oracle": "The oracle against the release labels", "valid_rate_drift": "Valid-rate drift (t − 0)",
     "kl": "KL(π_t ‖ π_0) from the audit's own samples",
+    "pref_margin": "Preference probe: margin Δℓ(valid) − Δℓ(invalid) per token (primary)",
+    "pref_margin_sum": "Preference probe: margin Δℓ(valid) − Δℓ(invalid) summed over the answer",
+    "pref_accuracy": "Preference probe: share of pairs where the valid answer gained more",
+    "likelihood_auroc": "π_0's likelihood AUROC (valid over invalid, per-token log π_0)",
 }
+# the controls first in the probe table: what the instrument must see, from both sides
+CONTROL_ORDER = ("decisive", "label_anti", "oracle_verdict", "label_gold", "certificate")
+CONTROL_ROLE = {"decisive": "positive control", "label_anti": "probe check (invalid chosen)",
+                "oracle_verdict": "negative control", "label_gold": "probe check (valid chosen)",
+                "certificate": "control: sees the hidden anchor"}
 
 
 class ReportError(ValueError):
@@ -322,6 +334,59 @@ def kl_section(doc: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _probe_cell(m: Mapping[str, Any] | None) -> str:
+    if not m or m.get("value") is None:
+        return "—"
+    return f"{_num(m['value'])} [{_num(m.get('ci_low'))}, {_num(m.get('ci_high'))}]"
+
+
+def probe_section(doc: Mapping[str, Any]) -> list[str]:
+    """The report's opening: what training taught each policy to prefer among labelled answers of the
+    held-out environments, controls first, at every audited t (95% environment-bootstrap intervals)."""
+    rewards = sorted(doc["rewards"], key=lambda r: (CONTROL_ORDER.index(r) if r in CONTROL_ORDER
+                                                   else len(CONTROL_ORDER), r))
+    rows = []
+    for reward in rewards:
+        for seed, s in sorted(doc["rewards"][reward]["seeds"].items(), key=lambda kv: int(kv[0])):
+            for t, it in sorted(s["iterations"].items(), key=lambda kv: int(kv[0])):
+                m = it["metrics"]
+                if "pref_margin/impossible" not in m:
+                    continue
+                rows.append(f"| {reward} | {CONTROL_ROLE.get(reward, 'judge design')} | {seed} | {t} | "
+                            f"{_probe_cell(m.get('pref_margin/impossible'))} | "
+                            f"{_probe_cell(m.get('pref_accuracy/impossible'))} | "
+                            f"{_probe_cell(m.get('pref_margin/control'))} | "
+                            f"{_num((m.get('kl/per_answer') or {}).get('value'))} |")
+    if not rows:
+        return []
+    lines = ["## Preference probe (held-out environments, labelled answers)", "",
+             "Δℓ_t(a) = log π_t(a|x) − log π_0(a|x) of every labelled answer of the audited environments "
+             "(the answer as the policy's own turn, end-of-turn included, τ = 1): DPO's implicit reward. "
+             "`pref_margin` is the mean over environments of the mean over their (valid, invalid) pairs of "
+             "Δℓ(valid) − Δℓ(invalid), per token (the primary form); below 0, training moved the policy "
+             "towards the invalid answers. `pref_accuracy`: the share of pairs where the valid answer "
+             "gained more. No verifier is involved: the labels are the data's.", "",
+             "| reward | role | seed | t | pref_margin impossible | pref_accuracy impossible | "
+             "pref_margin control | KL per answer |", "|---|---|---|---|---|---|---|---|", *rows, ""]
+    auroc = [(r, sd, (s["iterations"].get("0", {}).get("metrics", {}).get("likelihood_auroc/impossible")))
+             for r in rewards for sd, s in sorted(doc["rewards"][r]["seeds"].items(), key=lambda kv: int(kv[0]))]
+    auroc = [(r, sd, m) for r, sd, m in auroc if m]
+    if auroc:
+        r, sd, m = auroc[0]
+        lines += [f"Context at t = 0: π_0 gives the valid answer the higher per-token log-probability in "
+                  f"{_probe_cell(m)} of {m.get('n')} (valid, invalid) pairs on impossible environments "
+                  f"(`likelihood_auroc`; {r} seed {sd}). The margin of Δℓ cancels that tell; the raw "
+                  "likelihood does not.", ""]
+    return lines
+
+
+def power_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The power section (audit.power): what this design could detect."""
+    from .power import power_section
+
+    return power_section(doc)
+
+
 def _oracle_label(oracle: Any) -> str:
     """The configured primary oracle in words (its resolved form per run is in the calibration)."""
     if not isinstance(oracle, Mapping):
@@ -430,6 +495,7 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
         lines += [f"Audit settings: n = {settings.get('n')} answers per environment, bootstrap "
                   f"B = {boot.get('B')} environment resamples, seed {settings.get('seed')}, "
                   f"oracle {_oracle_label(settings.get('oracle'))}.", ""]
+    lines += probe_section(doc)
     lines += calibration_section(doc)
     lines += train_section(doc)
     lines += ["Cells: mean over seeds [95% t interval over seeds]; `*` marks a reward with one seed, "
@@ -446,6 +512,7 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
     if rows:
         lines += [*comparison_table(rows), ""]
     lines += kl_section(doc)
+    lines += power_lines(doc)
     if figures:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
     return "\n".join(lines)
