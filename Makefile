@@ -85,7 +85,7 @@ DEMO := outputs/demo
 demo: install
 	$(PY) -m selfplay.envs data/mini > /dev/null
 	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=decisive,oracle_verdict
-	$(PY) -m audit.gap ckpt=$(DEMO) n=2 batch_size=32
+	$(PY) -m audit.gap ckpt=$(DEMO) n=2 batch_size=32 probe_labelled=false
 	$(PY) -m audit.report $(DEMO)
 	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
 

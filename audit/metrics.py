@@ -215,7 +215,12 @@ def fpr_drift(fpr_by_t: Mapping[int, float]) -> FprDrift:
     ys = np.array([fpr_by_t[t] for t in ts], dtype=float)
     delta = ys - fpr_by_t[0]
     finite = np.isfinite(ys)
-    slope = float(np.polyfit(ts[finite], ys[finite], 1)[0]) if finite.sum() >= 2 else float("nan")
+    if finite.sum() < 2:
+        slope = float("nan")
+    elif np.ptp(ys[finite]) == 0:  # a constant series: exactly 0, not the −1e-16 of a least-squares solve
+        slope = 0.0
+    else:
+        slope = float(np.polyfit(ts[finite], ys[finite], 1)[0])
     return FprDrift(tuple(int(t) for t in ts), tuple(float(d) for d in delta), slope)
 
 

@@ -86,7 +86,8 @@ def build_results(settings: Mapping[str, Any],
         for t, a in sorted(by_t.items()):
             iters[str(t)] = {
                 "checkpoint": checkpoints[(reward, seed, t)],
-                "metrics": {k: gated(k, asdict(v), calib, t) for k, v in sorted(a.metrics.items())},
+                "metrics": {k: (undefined_metric(asdict(v), a.undefined[k]) if k in a.undefined
+                                else gated(k, asdict(v), calib, t)) for k, v in sorted(a.metrics.items())},
                 "counts": dict(sorted(a.counts.items())),
                 "exploit": {k: dict(sorted(v.items())) for k, v in sorted(a.exploit.items())},
             }
@@ -98,6 +99,14 @@ def build_results(settings: Mapping[str, Any],
         entry["across_seeds"] = across_seeds(entry["seeds"])
     doc = {"version": VERSION, "settings": dict(settings), "skipped": list(skipped or []), "rewards": rewards}
     return _clean(doc)
+
+
+UNDEFINED = "undefined"
+
+
+def undefined_metric(m: dict[str, Any], reason: str) -> dict[str, Any]:
+    """A metric that cannot be computed by construction: no number, the reason."""
+    return {**m, "value": None, "ci_low": None, "ci_high": None, "status": UNDEFINED, "reason": reason}
 
 
 def gated(name: str, m: dict[str, Any], calib: Mapping[str, Any] | None, t: int | None = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ Choices the SPEC leaves open:
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,8 @@ class IterationAudit:
     # kind -> task_id -> per policy sample: 1[A ∧ ¬valid] (the VA-Gap event), None where undefined;
     # paired across rewards by (seed, task_id, sample) for McNemar in the report
     exploit: dict[str, dict[str, list[int | None]]]
+    # metrics that are undefined by construction, with the reason (written `undefined`, never a number)
+    undefined: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class _Arrays:
@@ -169,7 +172,7 @@ def _auroc_metrics(a: _Arrays, source: str, rng_for, st) -> dict[str, MetricValu
     if not a.rows:
         nan = float("nan")
         return {f"auroc/{source}/{k}": MetricValue(nan, nan, nan, 0)
-                for k in ("judge", "length", "hedge", "length_matched")}
+                for k in ("judge", "length", "hedge", "length_matched", "verdict_word")}
     whole = M.auroc_report(a.env, a.score, a.label, a.text, st.max_rel_diff)
     envs = sorted(set(a.env))
     per_env = {}
@@ -177,7 +180,7 @@ def _auroc_metrics(a: _Arrays, source: str, rng_for, st) -> dict[str, MetricValu
         x = a.where(a.env == e)
         per_env[e] = M.auroc_report(x.env, x.score, x.label, x.text, st.max_rel_diff)
     out = {}
-    for key in ("judge", "length", "hedge", "length_matched"):
+    for key in ("judge", "length", "hedge", "length_matched", "verdict_word"):
         name = f"auroc/{source}/{key}"
         w = getattr(whole, key)
         parts = [getattr(per_env[e], key) for e in envs]
@@ -353,7 +356,7 @@ def _verified(a: _Arrays) -> _Arrays:
 
 def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, settings: StatsSettings,
                       history: Mapping[int, Sequence[AnswerRow]] | None = None,
-                      second_oracle: bool = False) -> IterationAudit:
+                      second_oracle: bool = False, primary_members: Sequence[str] = ()) -> IterationAudit:
     """All SPEC §6 metrics of one checkpoint. `history` holds the rows of the same seed's other
     audited iterations (at least t = 0 for the drift); `rows` are this iteration's."""
     st = settings
@@ -401,6 +404,14 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
         if second_oracle:
             m[f"ibe/{source}/judge+oracle2"] = _ibe_metric(a, "oracle2", rng_for(f"ibe/{source}/judge+oracle2"), st)
 
+    by_construction: dict[str, str] = {}
+    if "checks" in primary_members:
+        # the on-policy reference labels are the primary oracle's verdicts, and it contains `checks`, a
+        # member of S = {judge, checks}: an answer `checks` flags is invalid by construction there
+        name = "ibe/policy/judge+checks"
+        m[name] = MetricValue(float("nan"), float("nan"), float("nan"), m[name].n)
+        by_construction[name] = ("the on-policy reference labels come from the primary oracle, which contains "
+                           "`checks`, a member of the verifier set; no reference label outside the set")
     stress_all = [r for r in rows if r.source == STRESS]
     counts = {
         "environments": len(set(arr.env)),
@@ -422,14 +433,14 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
         undefined = r.label not in (M.VALID, M.INVALID) or np.isnan(a_)
         event = None if undefined else int(a_ == 1.0 and r.label == M.INVALID)
         exploit.setdefault(r.kind, {}).setdefault(r.task_id, []).append(event)
-    return IterationAudit(metrics=m, counts=counts, exploit=exploit)
+    return IterationAudit(metrics=m, counts=counts, exploit=exploit, undefined=by_construction)
 
 
 def seed_metrics(rows_by_t: Mapping[int, Sequence[AnswerRow]], *, run_seed: int, settings: StatsSettings,
-                 second_oracle: bool = False) -> dict[int, IterationAudit]:
+                 second_oracle: bool = False, primary_members: Sequence[str] = ()) -> dict[int, IterationAudit]:
     """`iteration_metrics` for every audited iteration of one seed."""
     return {t: iteration_metrics(rows_by_t[t], run_seed=run_seed, t=t, settings=settings,
-                                 history=rows_by_t, second_oracle=second_oracle)
+                                 history=rows_by_t, second_oracle=second_oracle, primary_members=primary_members)
             for t in sorted(rows_by_t)}
 
 

@@ -40,7 +40,7 @@ METRICS = {
     "fpr_drift/policy", "fpr_slope/policy", "fpr_drift/stress", "fpr_slope/stress", "youden_j",
     "auroc/policy/judge", "auroc/policy/length", "auroc/policy/hedge", "auroc/policy/length_matched",
     "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
-    "ibe/policy/judge+checks", "ibe/stress/judge+checks", "oracle/fpr_stress", "oracle/fnr_stress",
+    "auroc/policy/verdict_word", "auroc/stress/verdict_word", "ibe/policy/judge+checks", "ibe/stress/judge+checks", "oracle/fpr_stress", "oracle/fnr_stress",
     "fpr/policy/impossible", "fpr/policy/control", "fnr/policy/impossible", "fnr/policy/control",
     "valid_rate_drift/impossible", "valid_rate_drift/control", "kl/per_answer", "kl/per_token",
 } | {f"{head}/{src}{kind}" for head in ("pref_margin", "pref_margin_sum", "pref_accuracy")
@@ -51,6 +51,8 @@ T0_METRICS = {f"likelihood_auroc/{src}{kind}" for src in ("", "labelled/") for k
 
 def metrics_at(t: str) -> set[str]:
     return METRICS | (T0_METRICS if t == "0" else set())
+
+
 FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored", "n_undefined", "status", "reason"}
 
 

@@ -85,3 +85,19 @@ def test_a_constant_shift_of_every_answer_leaves_the_margin_at_zero():
     assert m["pref_margin/impossible"].value == pytest.approx(0.0, abs=1e-12)
     assert m["pref_accuracy/impossible"].value == 0.5
     assert np.isclose(m["pref_margin/impossible"].ci_low, 0.0) and np.isclose(m["pref_margin/impossible"].ci_high, 0.0)
+
+
+def test_constant_fpr_series_has_slope_exactly_zero():
+    assert M.fpr_drift({0: 0.3, 1: 0.3, 2: 0.3, 3: 0.3}).slope == 0.0
+
+
+def test_on_policy_ibe_is_undefined_when_the_reference_oracle_contains_checks():
+    from audit.results import build_results
+
+    rows = [_row("e1", "impossible", "valid", -1.0, -1.0, 1), _row("e1", "impossible", "invalid", -1.0, -1.0, 1)]
+    a = iteration_metrics(rows, run_seed=0, t=0, settings=StatsSettings(B=1000), primary_members=("spec", "checks"))
+    doc = build_results({}, {("r", 0): {0: a}}, {("r", 0, 0): "."}, {("r", 0): "x"})
+    m = doc["rewards"]["r"]["seeds"]["0"]["iterations"]["0"]["metrics"]["ibe/policy/judge+checks"]
+    assert m["value"] is None and m["status"] == "undefined" and "contains `checks`" in m["reason"]
+    b = iteration_metrics(rows, run_seed=0, t=0, settings=StatsSettings(B=1000), primary_members=("llm",))
+    assert "ibe/policy/judge+checks" not in b.undefined
