@@ -40,7 +40,8 @@ def completion(content="Yes", top=None):
 
 
 class Server:
-    """`script(request, call_index) -> (status, body, delay_s)`; records requests and peak concurrency."""
+    """`script(request, call_index) -> (status, body, delay_s)`; records requests and peak concurrency.
+    A body of bytes is sent as it is (a malformed reply), anything else as JSON."""
 
     def __init__(self, script):
         self.script, self.requests, self.auth = script, [], []
@@ -60,7 +61,7 @@ class Server:
                 try:
                     status, reply, delay = outer.script(body, i, self.headers.get("Authorization"))
                     time.sleep(delay)
-                    data = json.dumps(reply).encode()
+                    data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()  # bytes: sent as-is
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))

@@ -202,7 +202,7 @@ class EndpointBackend:
             reply, error, _ = self._request(self._body(messages, prefill, max_tokens=max_new_tokens, logprobs=False))
             if reply is None:
                 raise EndpointError(f"endpoint {self.cfg.base_url}: generation failed: {error}")
-            return reply.choices[0].message.content or ""
+            return _content(reply.choices[0])
 
         return self._map(one, prompts)
 
@@ -253,7 +253,7 @@ class EndpointBackend:
             return self._note(prompt, Reading("logprobs", None, attempts), _logs(probs))
         if self.cfg.verdict_mode == "logprobs":
             return self._note(prompt, Reading("failed", "the server returned no logprobs", attempts), nan)
-        text = (choice.message.content or "").strip().strip(".:!\"'")
+        text = _content(choice).strip().strip(".:!\"'")
         return self._note(prompt, Reading("reply", None, attempts), _logs([float(text == lab) for lab in labels]))
 
     def _note(self, prompt: str, reading: Reading, row: list[float]) -> list[float]:
@@ -274,9 +274,14 @@ class EndpointBackend:
             with self._lock:
                 self.stats["requests"] += 1
             try:
-                return self._client.chat.completions.create(**body, timeout=self.cfg.timeout_s), None, attempts
+                reply = self._client.chat.completions.create(**body, timeout=self.cfg.timeout_s)
+                error = _malformed(reply)
+                if error is None:
+                    return reply, None, attempts
             except retryable as e:
                 error = self._scrub(f"{type(e).__name__}: {e}")
+            except ValueError as e:  # a body that is not JSON (json.JSONDecodeError): cut or garbled
+                error = self._scrub(f"malformed reply (not JSON: {e})")
             except openai.APIError as e:  # 4xx: the request itself is wrong, retrying cannot help
                 return None, self._scrub(f"{type(e).__name__}: {e}"), attempts
             if attempt < self.cfg.max_retries:
@@ -291,6 +296,22 @@ class EndpointBackend:
 
 def _logs(probs: Sequence[float]) -> list[float]:
     return [math.log(p) if p > 0 else -math.inf for p in probs]
+
+
+def _malformed(reply: Any) -> str | None:
+    """Why `reply` is no chat completion with a first choice (a body that parsed as other JSON or as
+    text, or `"choices": []`), or None when it is one."""
+    choices = getattr(reply, "choices", None)
+    if not isinstance(choices, list):
+        return f"malformed reply (a {type(reply).__name__}, not a chat completion)"
+    if not choices or choices[0] is None:
+        return "malformed reply (no choices)"
+    return None
+
+
+def _content(choice: Any) -> str:
+    message = getattr(choice, "message", None)
+    return getattr(message, "content", None) or ""
 
 
 def _top_logprobs(choice: Any) -> list[tuple[str, float]] | None:
