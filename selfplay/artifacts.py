@@ -16,8 +16,10 @@ Contract:
 - One process at a time writes a run directory: `run_lock` holds an advisory lock on `RUN/.lock`
   (which records pid, host and start time) and refuses a second run naming the holder. The kernel
   drops the lock when its holder dies, so the lock of a killed run is taken over with a note.
-- Anything else (temp dirs, an `iter_<t>` without `DONE`) is partial: `discard_partial` removes it and
-  the iteration is redone.
+- A temp dir `.iter_<t>.tmp` (left by a killed writer) is partial: `discard_partial` removes it and
+  the iteration is redone. An `iter_<t>` without `DONE` cannot come from an interrupted write (`DONE`
+  is written before the rename): its marker was deleted or the dir made by hand, so `scan_run` refuses
+  it, naming the recovery, and deletes nothing.
 - Complete iterations are 0..m without gaps; a gap means the directory was edited by hand, and
   `scan_run` refuses it rather than guess.
 - `iter_<t>/config.yaml` holds the resolved config; a rerun whose config differs (outside the keys a
@@ -55,6 +57,7 @@ from selfplay.envs.load import unreadable
 log = logging.getLogger("selfplay.artifacts")
 DONE = "DONE"
 LOCK = ".lock"
+AUDIT_LOCK = ".audit.lock"  # held by `python -m audit.gap` on each seed dir it audits
 MANIFEST_FORMAT = "selfplay-manifest/1"
 CONFIG = "config.yaml"
 ITERATION_FILES = ("generations.jsonl", "judgments.jsonl", "pairs.jsonl", "metrics.json", CONFIG)
@@ -73,7 +76,7 @@ def iteration_dir(run: Path, t: int) -> Path:
 @dataclass(frozen=True)
 class RunState:
     complete: tuple[int, ...]  # 0..m, ascending
-    partial: tuple[Path, ...]  # dirs to discard before resuming
+    partial: tuple[Path, ...]  # temp dirs of killed writers, discarded before resuming
 
     @property
     def last(self) -> int | None:
@@ -85,14 +88,18 @@ def scan_run(run: Path) -> RunState:
         return RunState((), ())
     if not run.is_dir():
         raise ConfigError(f"{run}: the run directory is not a directory")
-    complete, partial = [], []
+    complete, partial, unmarked = [], [], []
     for child in sorted(run.iterdir()):
         if not child.is_dir():
             continue
         if (m := _ITER.match(child.name)) and (child / DONE).is_file():
             complete.append(int(m.group(1)))
-        elif _ITER.match(child.name) or _TMP.match(child.name):
+        elif _ITER.match(child.name):
+            unmarked.append(child)
+        elif _TMP.match(child.name):
             partial.append(child)
+    if unmarked:
+        raise ConfigError(no_done(min(unmarked, key=_number)))
     complete.sort()
     if complete != list(range(len(complete))):
         raise ConfigError(
@@ -240,6 +247,13 @@ def recovery(iteration: Path) -> str:
             "training command, which redoes them")
 
 
+def no_done(iteration: Path) -> str:
+    """Why an `iter_<t>` dir without `DONE` is not read, and the recovery (training and audit say it)."""
+    return (f"{iteration} has no {DONE} marker, so it is no finished iteration (its {DONE} was deleted, or the "
+            f"dir was made by hand); {recovery(iteration)}; or, if its files are intact, restore the marker "
+            f"(touch {iteration / DONE} && python -m selfplay.artifacts seal {iteration.parent})")
+
+
 def _reason(path: Path, e: BaseException) -> str:
     if isinstance(e, yaml.YAMLError):
         return "invalid YAML: " + " ".join(str(e).split())
@@ -345,20 +359,22 @@ def _describe(holder: str) -> str:
 
 
 @contextmanager
-def run_lock(run: Path) -> Iterator[None]:
+def run_lock(run: Path, name: str = LOCK, user: str = "run") -> Iterator[None]:
     """Hold the run directory's lock for the block; refuse at once when another process holds it.
 
     A run directory this call had to create is removed again when the block wrote nothing into it,
-    so a run refused during setup leaves no trace.
+    so a run refused during setup leaves no trace. `name` and `user` give another kind of writer its
+    own lock in the same directory (the audit's `AUDIT_LOCK`: two audits must not append to one
+    cache, while an audit may read the finished iterations of a run that is still training).
     """
     created = _make_dirs(run)
-    path = run / LOCK
+    path = run / name
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             _remove_created(created, run)
-            raise ConfigError(f"{path}: cannot create the run's lock file ({e.strerror})") from None
+            raise ConfigError(f"{path}: cannot create the {user}'s lock file ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -366,7 +382,7 @@ def run_lock(run: Path) -> Iterator[None]:
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 _remove_created(created, run)
-                raise ConfigError(f"{run} is in use by another run ({_describe(holder)}); two runs must not "
+                raise ConfigError(f"{run} is in use by another {user} ({_describe(holder)}); two {user}s must not "
                                   "write one directory: wait for it to finish or stop it") from None
             raise
         # the holder we raced may have released and removed the file: lock the file that is there now

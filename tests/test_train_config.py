@@ -174,14 +174,23 @@ def test_scan_finds_complete_and_partial_iterations(tmp_path):
     for t in (0, 1):
         (tmp_path / f"iter_{t}").mkdir()
         (tmp_path / f"iter_{t}" / "DONE").write_text("")
-    (tmp_path / "iter_2").mkdir()  # no DONE: partial
-    (tmp_path / ".iter_3.tmp").mkdir()  # a killed writer
+    (tmp_path / ".iter_2.tmp").mkdir()  # a killed writer
     (tmp_path / "train.log").write_text("")
     state = A.scan_run(tmp_path)
     assert state.complete == (0, 1) and state.last == 1
-    assert sorted(p.name for p in state.partial) == [".iter_3.tmp", "iter_2"]
+    assert [p.name for p in state.partial] == [".iter_2.tmp"]
     A.discard_partial(state)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0", "iter_1", "train.log"]
+
+
+def test_scan_refuses_an_iteration_without_done_and_deletes_nothing(tmp_path):
+    """`iter_<t>` without DONE is no interrupted write (DONE comes before the rename): refused, kept."""
+    (tmp_path / "iter_0").mkdir()
+    (tmp_path / "iter_0" / "DONE").write_text("")
+    (tmp_path / "iter_1").mkdir()
+    with pytest.raises(ConfigError, match=r"iter_1 has no DONE marker.*rm -r .*iter_1.*seal"):
+        A.scan_run(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0", "iter_1"]
 
 
 def test_scan_refuses_a_gap(tmp_path):
