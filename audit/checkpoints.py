@@ -5,12 +5,15 @@ A checkpoint is one complete iteration directory of a training run,
 `adapter/` (the LoRA adapter; at t = 0 the fresh no-op adapter of the initial policy) and the `DONE`
 marker the loop writes last. `find_checkpoints(path)` accepts any level of that tree:
 
-- an iteration dir: that iteration, plus `iter_0` of the same seed when it is complete, because FPR
-  drift is defined against t = 0 (the drift slope then runs over the iterations audited);
-- a seed dir: every complete iteration t = 0..T (an iteration without `DONE` is still being written or
-  was interrupted; it is skipped and listed in `Discovery.skipped`);
+- an iteration dir: that iteration, plus `iter_0` of the same seed, because FPR drift is defined
+  against t = 0 (the drift slope then runs over the iterations audited);
+- a seed dir: every complete iteration t = 0..T (an iteration without `DONE` is skipped, listed in
+  `Discovery.skipped` and named on stderr by audit.gap);
 - a reward dir (`seed<s>/` inside) or an experiment dir (`<reward>/seed<s>/` inside): every seed of
   every reward.
+
+A run whose `iter_0` is not complete is refused (`check_baseline`), never audited from iter_1 on:
+every drift would lack its reference.
 
 Everything is validated before anything is computed, so a missing or corrupt checkpoint gives one
 `CheckpointError` naming the path and the problem, and the audit writes nothing. That includes the
@@ -29,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from selfplay.artifacts import CorruptIteration, verify_iteration
+from selfplay.artifacts import CorruptIteration, no_done, recovery, verify_iteration
 
 ITER_RE = re.compile(r"iter_(\d+)")
 SEED_RE = re.compile(r"seed(\d+)")
@@ -82,7 +85,9 @@ def find_checkpoints(path: str | Path) -> Discovery:
     if ITER_RE.fullmatch(root.name):
         ckpt = load_checkpoint(root)
         base = root.parent / "iter_0"
-        extra = [] if ckpt.iteration == 0 or not (base / DONE).is_file() else [load_checkpoint(base)]
+        if ckpt.iteration != 0:
+            check_baseline(root.parent, path)
+        extra = [] if ckpt.iteration == 0 else [load_checkpoint(base)]
         verify_run(root.parent, skip={ckpt.path, base})
         return Discovery(root, tuple(sorted(extra + [ckpt], key=_order)), ())
     seed_dirs = _seed_dirs(root)
@@ -90,15 +95,32 @@ def find_checkpoints(path: str | Path) -> Discovery:
         raise CheckpointError(f"ckpt={path}: no training iterations found; {_LAYOUT}")
     found, skipped = [], []
     for seed_dir in seed_dirs:
+        mine = []
         for d in sorted(_iter_dirs(seed_dir), key=_number):
             if (d / DONE).is_file():
-                found.append(load_checkpoint(d))
+                mine.append(load_checkpoint(d))
             else:
                 skipped.append(d)
+        if mine:
+            check_baseline(seed_dir, path)
+        found += mine
     if not found:
         raise CheckpointError(f"ckpt={path}: no complete iteration (none has a {DONE} marker); "
                               f"incomplete: {', '.join(str(s) for s in skipped)}")
     return Discovery(root, tuple(sorted(found, key=_order)), tuple(skipped))
+
+
+def check_baseline(seed_dir: Path, given: str | Path) -> None:
+    """Every drift is measured against t = 0: a run whose `iter_0` is not complete is refused, never
+    audited from iter_1 on."""
+    base = seed_dir / "iter_0"
+    if (base / DONE).is_file():
+        return
+    if base.is_dir():
+        why = no_done(base)
+    else:
+        why = f"{base} is missing; {recovery(base)}"
+    raise CheckpointError(f"ckpt={given}: no baseline (t = 0, which every drift is measured against): {why}")
 
 
 def verify(path: Path) -> None:
