@@ -79,9 +79,16 @@ def oracle_dependent(metric: str) -> bool:
 
 
 def read_labelled(path: Path) -> list[dict[str, Any]]:
-    """The labelled on-policy answers; a malformed line is one error naming file and line."""
+    """The labelled on-policy answers; a malformed line is one error naming file and line, an
+    unreadable file (not UTF-8, a directory, ...) one naming the file."""
+    from selfplay.envs.load import unreadable
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise LabelledError(f"{path}: {unreadable(path, e)}; fix or remove the file") from None
     out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
