@@ -7,7 +7,11 @@ for `audit.judge_eval`), one per stage, named `<stage>-<hash>.jsonl` where the h
 the settings and prompt code that determine the stage's rows (`stage_file`). Rows are keyed by
 strings (`row_key`): the answers stage by task id; per-text stages by a hash of the task id and
 the text (and, for the judge, r(e)), so a changed text is a new key, never a stale hit, and
-changing n only adds what is new.
+changing n only adds what is new. A checkpoint's cache also hashes each environment's public view
+(`view_key`: question and evidence, what its prompts are rendered from) into every key, so an
+edited environment is a miss, never answers and scores of the old one.
+A verdict whose request failed (`mode` "failed": an endpoint's 429s or timeouts) is undecided by
+error, not by the verifier: it is kept in the file but counts as missing, so a rerun asks again.
 
 Rows are appended as they are computed (one environment at a time; the answers one sampling chunk
 at a time, `StageCache.answers`), so an interrupted audit keeps what it finished and a rerun
@@ -49,13 +53,28 @@ def text_key(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
 
 
-def row_key(stage: str, task_id: str, text: str | None = None, reference: str | None = None) -> str:
-    """The key of one row of `stage`."""
+def row_key(stage: str, task_id: str, text: str | None = None, reference: str | None = None,
+            view: str | None = None) -> str:
+    """The key of one row of `stage`; `view` (a `view_key`) is part of it when given."""
+    extra = () if view is None else (view,)
     if stage == ANSWERS:
-        return task_id
+        return task_id if view is None else text_key(task_id, *extra)
     if stage in WITH_REFERENCE:
-        return text_key(task_id, text or "", reference or "")
-    return text_key(task_id, text or "")
+        return text_key(task_id, text or "", reference or "", *extra)
+    return text_key(task_id, text or "", *extra)
+
+
+def view_key(public: Any) -> str:
+    """A hash of an environment's public view (a selfplay.envs.types.PublicView: task id, question,
+    evidence), from which its policy and judge prompts are rendered."""
+    import dataclasses
+
+    return config_hash(dataclasses.asdict(public), 16)
+
+
+def failed(row: Mapping[str, Any]) -> bool:
+    """A verdict row whose request failed (itself or a member of `any`): never final."""
+    return row.get("mode") == "failed" or any(failed(p) for p in row.get("parts") or ())
 
 
 def stage_file(stage: str, determined_by: Mapping[str, Any]) -> str:
@@ -93,7 +112,7 @@ class JsonlCache:
                                      "recompute it") from None
 
     def missing(self, keys: Iterable[str]) -> list[str]:
-        return [k for k in dict.fromkeys(keys) if k not in self.rows]
+        return [k for k in dict.fromkeys(keys) if k not in self.rows or failed(self.rows[k])]
 
     def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
@@ -148,11 +167,14 @@ class _Memory(JsonlCache):
 
 class StageCache:
     """The files of one cache directory; `names` maps a stage to its file (a stage without a file
-    is computed every time, e.g. the deterministic checks)."""
+    is computed every time, e.g. the deterministic checks); `views` maps a task id to its
+    `view_key`, part of every row key of that task (None: keys without it)."""
 
-    def __init__(self, directory: Path | None, names: Mapping[str, str | None]):
+    def __init__(self, directory: Path | None, names: Mapping[str, str | None],
+                 views: Mapping[str, str] | None = None):
         self.directory = directory
         self.names = dict(names)
+        self.views = dict(views or {})
         self._open: dict[str, JsonlCache] = {}
 
     def _file(self, stage: str) -> JsonlCache:
@@ -178,18 +200,22 @@ class StageCache:
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1; got {chunk}")
         file = self._file(ANSWERS)
+
+        def key(t: str) -> str:
+            return row_key(ANSWERS, t, view=self.views.get(t))
+
         for start in range(0, len(task_ids), chunk):
             planned = list(task_ids[start : start + chunk])
-            while group := _next_group(file.rows, planned):
+            while group := _next_group(file.rows, planned, key):
                 texts = compute(group)
                 if len(texts) != len(group):
                     raise CacheError(f"{file.path.name}: {len(texts)} answer lists for the {len(group)} "
                                      f"tasks of chunk {group}")
-                file.add([{"key": row_key(ANSWERS, t), "task_id": t, "chunk": group, "answers": list(a)}
+                file.add([{"key": key(t), "task_id": t, "chunk": group, "answers": list(a)}
                           for t, a in zip(group, texts, strict=True)])
             if progress is not None:
                 progress(len(planned))
-        return {t: list(file.rows[row_key(ANSWERS, t)]["answers"]) for t in task_ids}
+        return {t: list(file.rows[key(t)]["answers"]) for t in task_ids}
 
     def per_text(self, stage: str, texts: Mapping[str, Sequence[str]],
                  compute: Callable[[str, list[str]], list[Mapping[str, Any]]], *,
@@ -200,7 +226,7 @@ class StageCache:
         refs = references or {}
 
         def key(task_id: str, text: str) -> str:
-            return row_key(stage, task_id, text, refs.get(task_id))
+            return row_key(stage, task_id, text, refs.get(task_id), self.views.get(task_id))
 
         by_key = {t: {key(t, x): x for x in xs} for t, xs in texts.items()}
 
@@ -214,16 +240,18 @@ class StageCache:
     def complete(self, stage: str, texts: Mapping[str, Sequence[str]], *,
                  references: Mapping[str, str] | None = None) -> bool:
         refs = references or {}
-        return not self._file(stage).missing(row_key(stage, t, x, refs.get(t)) for t, xs in texts.items() for x in xs)
+        return not self._file(stage).missing(row_key(stage, t, x, refs.get(t), self.views.get(t))
+                                             for t, xs in texts.items() for x in xs)
 
 
-def _next_group(rows: Mapping[str, Mapping[str, Any]], planned: list[str]) -> list[str]:
+def _next_group(rows: Mapping[str, Mapping[str, Any]], planned: list[str],
+                key: Callable[[str], str] = lambda t: row_key(ANSWERS, t)) -> list[str]:
     """The tasks of `planned` (one chunk) to sample together next; [] when all are cached."""
-    missing = [t for t in planned if row_key(ANSWERS, t) not in rows]
+    missing = [t for t in planned if key(t) not in rows]
     if not missing:
         return []
     for t in planned:
-        cut = (rows.get(row_key(ANSWERS, t)) or {}).get("chunk")
+        cut = (rows.get(key(t)) or {}).get("chunk")
         # a cached row of a chunk with a missing task: that chunk's write was cut, sample it again
         if cut and set(cut) & set(missing) and set(cut) <= set(planned):
             return list(cut)  # in its recorded order: the order is part of its seed
@@ -262,7 +290,17 @@ def checkpoint_files(*, policy: Mapping[str, Any], sample: Mapping[str, Any], re
         # the log-probs are tempered like the draws (collect.kl_stage), so the temperature names them
         "kl": stage_file("kl", {"policy": dict(policy), "weights": weights, "code": prompt_code,
                                 "temperature": sample.get("temperature")}),
+        # the probe's log π_t at τ = 1: the policy's weights and its prompt alone
+        "probe": stage_file("probe", {"policy": dict(policy), "weights": weights, "code": prompt_code}),
     }
     for role, oracle in oracles.items():
         names[role] = oracle_file(oracle, envs, policy, role)
     return names
+
+
+def run_files(*, policy: Mapping[str, Any]) -> dict[str, str | None]:
+    """Stage -> file name for what one run's checkpoints share (its seed directory's cache): π_0's
+    probe log-probs, which depend on the base weights and the prompt alone."""
+    import selfplay.envs.prompt
+
+    return {"probe0": stage_file("probe0", {"policy": dict(policy), "code": source_hash(selfplay.envs.prompt)})}

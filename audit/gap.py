@@ -3,7 +3,7 @@
     python -m audit.gap ckpt=outputs/selfplay/anchored/seed0/iter_2     # one iteration (+ t = 0)
     python -m audit.gap ckpt=outputs/selfplay/anchored/seed0            # t = 0..T of one seed
     python -m audit.gap ckpt=outputs/selfplay                           # every reward × seed
-    python -m audit.gap ckpt=... n=2 bootstrap.B=200 logger=none        # a quick look
+    python -m audit.gap ckpt=... n=2 bootstrap.B=1000 logger=none        # a quick look
 
 Recipe: find and validate every checkpoint under PATH and read each run's saved config (nothing is
 computed or written before all of them pass) → per reward × seed: load the run's audit split and
@@ -21,25 +21,36 @@ defaults to the run's own initial weights).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from selfplay.config import ConfigError, Settings, resolve_data_path, train_settings
+from selfplay.config import ConfigError, Settings, comparable, resolve_data_path, train_settings
 from selfplay.envs import EnvLoadError
 from selfplay.envs.types import Environment
 from selfplay.runs import judge_identity, judge_weights, load_data_split
 
 from . import calibration as C
-from .cache import CacheError, StageCache, cache_dir, checkpoint_files, oracle_file
+from .cache import (
+    CacheError,
+    StageCache,
+    cache_dir,
+    checkpoint_files,
+    oracle_file,
+    run_files,
+    view_key,
+)
 from .checkpoints import Checkpoint, CheckpointError, Discovery, find_checkpoints
 from .collect import (
     CHECKS,
@@ -53,6 +64,7 @@ from .collect import (
     kl_stage,
     labelled_rows,
     lazy,
+    probe_stage,
     sample_stage,
     verifier_stage,
 )
@@ -114,17 +126,34 @@ def audit_envs(settings: Settings, max_envs: int | None) -> tuple[Environment, .
     return tuple(audit)
 
 
-def labelled_set(settings: Settings) -> tuple[dict[str, Environment], list[dict]] | None:
-    """The data set's labelled on-policy answers (mini) and the environments they belong to."""
+class LabelledSet(NamedTuple):
+    envs: dict[str, Environment]  # the environments of the run's data, by task id
+    rows: list[dict]  # the labelled answers; a row of `python -m audit.label` has its `iteration`
+    where: str  # names the on-policy set (its files) in the gate's reasons
+
+
+def labelled_set(settings: Settings, ckpt: Checkpoint | None = None) -> LabelledSet | None:
+    """The run's on-policy set: the data set's labelled answers (labelled_answers.jsonl, mini) and
+    the labels `python -m audit.label` made for the run of `ckpt` (audit.label.run_labels), with the
+    environments they belong to; None when there are none."""
+    from .label import run_labels
+
+    files, rows = [], []
     path = C.labelled_path(resolve_data_path(settings.data.path))
-    if path is None:
+    if path is not None:
+        files.append(f"{settings.data.path}/{path.name}")
+        rows += C.read_labelled(path)
+    if ckpt is not None:
+        found, labels = run_labels(ckpt.path.parent)
+        files += [_relative(f, ckpt.path.parent.parent.parent) for f in found]
+        rows += labels
+    if not rows:
         return None
-    rows = C.read_labelled(path)
     envs = {e.task_id: e for e in load_data_split(settings.data, "all")}
     unknown = sorted({r["task_id"] for r in rows} - set(envs))
     if unknown:
-        raise AuditError(f"{path}: task_id {unknown[0]!r} is not an environment of {settings.data.path}")
-    return envs, rows
+        raise AuditError(f"{', '.join(files)}: task_id {unknown[0]!r} is not an environment of {settings.data.path}")
+    return LabelledSet(envs, rows, f"on-policy set ({', '.join(files)})")
 
 
 def plan(cfg: AuditConfig) -> Plan:
@@ -132,6 +161,7 @@ def plan(cfg: AuditConfig) -> Plan:
 
     discovery = find_checkpoints(cfg.ckpt)
     runs = {c.path: run_settings(c) for c in discovery.checkpoints}
+    check_one_experiment(cfg, discovery)
     envs: dict[tuple[str, int], tuple[Environment, ...]] = {}
     labelled: dict[tuple[str, int], Any] = {}
     oracles: dict[tuple[str, int], dict[str, Any]] = {}
@@ -139,7 +169,7 @@ def plan(cfg: AuditConfig) -> Plan:
         if (c.reward, c.seed) not in envs:
             try:
                 envs[(c.reward, c.seed)] = audit_envs(runs[c.path], cfg.max_envs)
-                labelled[(c.reward, c.seed)] = labelled_set(runs[c.path]) if cfg.labelled else None
+                labelled[(c.reward, c.seed)] = labelled_set(runs[c.path], c) if cfg.labelled else None
             except (EnvLoadError, FileNotFoundError, ValueError) as e:
                 raise AuditError(f"{c.path}: cannot load the run's audit environments: {e}") from None
             oracles[(c.reward, c.seed)] = oracle_configs(cfg, envs[(c.reward, c.seed)])
@@ -150,7 +180,83 @@ def plan(cfg: AuditConfig) -> Plan:
                     PolicyConfig.named(o.model)
                 except ValueError as e:
                     raise AuditConfigError(f"oracle model: {e}") from None
+            if o.uses_llm and o.model == "endpoint":
+                check_api_key(o.endpoint)
+    check_prompt_lengths(cfg, discovery, runs, envs)
     return Plan(discovery, runs, envs, labelled, oracles)
+
+
+def _sweep_settings(config: Mapping[str, Any], with_reward: bool) -> dict[str, Any]:
+    """What the runs one audit compares must share: the run config but its seed (and its reward,
+    between rewards) and what a resumed run may change (selfplay.config.comparable)."""
+    drop = {"seed"} | (set() if with_reward else {"reward"})
+    return {k: v for k, v in comparable(dict(config)).items() if k not in drop}
+
+
+def check_one_experiment(cfg: AuditConfig, discovery: Discovery) -> None:
+    """One audit averages seeds and compares rewards: a tree holding runs of different experiments
+    or settings (k, max_new_tokens, data, experiment_name, ...) is refused, never averaged."""
+    from selfplay.artifacts import config_differences
+
+    first: dict[str, Checkpoint] = {}
+    for c in discovery.checkpoints:
+        for ref in dict.fromkeys([first.setdefault(c.reward, c), discovery.checkpoints[0]]):
+            same = ref.reward == c.reward
+            diffs = config_differences(_sweep_settings(ref.config, same), _sweep_settings(c.config, same))
+            if diffs:
+                a, b = ref.path.parent, c.path.parent
+                apart = (a, b) if same else (a.parent, b.parent)
+                more = f" and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+                raise AuditError(
+                    f"ckpt={cfg.ckpt}: {a} and {b} are runs of different experiments or settings "
+                    f"({'; '.join(diffs[:3])}{more}), which one audit would average into one figure; "
+                    f"nothing was written; audit them apart: python -m audit.gap ckpt={apart[0]}, then "
+                    f"ckpt={apart[1]}")
+
+
+def check_api_key(endpoint: Any) -> None:
+    """An endpoint oracle's key variable must be set before anything is computed (it is read when
+    the oracle is first built, after answers and judge scores are cached)."""
+    import os
+
+    name = endpoint.api_key_env
+    if name is not None and not os.environ.get(name):
+        raise AuditConfigError(f"oracle.endpoint.api_key_env={name}: the environment variable {name} is not "
+                               f"set; export {name}=<the API key>, or set oracle.endpoint.api_key_env=null "
+                               "for a server that needs no key")
+
+
+def check_prompt_lengths(cfg: AuditConfig, discovery: Discovery, runs: Mapping[Path, Settings],
+                         envs: Mapping[tuple[str, int], Sequence[Environment]]) -> None:
+    """Each audit environment's policy prompt plus the answer budget must fit the policy's context
+    (as selfplay.train.check_prompt_lengths does for training): found here, naming the task, not by
+    the sampler in the middle of the audit. Loads each policy's tokenizer, no weights."""
+    from selfplay.envs.prompt import policy_messages
+    from selfplay.models.chat import render
+    from selfplay.models.config import PolicyConfig
+    from selfplay.models.loading import load_tokenizer
+
+    tokenizers: dict[str, Any] = {}
+    checked = set()
+    for c in discovery.checkpoints:
+        settings = runs[c.path]
+        policy = PolicyConfig.from_mapping(settings.policy)
+        budget = sample_settings(cfg, settings).max_new_tokens
+        key = json.dumps(OmegaConf.to_container(settings.policy), sort_keys=True, default=str)
+        if (key, budget, c.reward, c.seed) in checked:
+            continue
+        checked.add((key, budget, c.reward, c.seed))
+        if key not in tokenizers:
+            tokenizers[key] = load_tokenizer(policy)
+        tok = tokenizers[key]
+        run_envs = list(envs[(c.reward, c.seed)])
+        prompts = [render(tok, policy, policy_messages(e.public)) for e in run_envs]
+        for e, ids in zip(run_envs, tok(prompts, add_special_tokens=False)["input_ids"], strict=True):
+            if len(ids) + budget > policy.max_context:
+                raise AuditError(
+                    f"{e.source}: task {e.task_id}: its audit prompt is {len(ids)} tokens + max_new_tokens="
+                    f"{budget} > max_context {policy.max_context} of policy {policy.name} (run {c.path.parent}); "
+                    "nothing was written; shorten the record's evidence or lower max_new_tokens")
 
 
 # -- models and stages ------------------------------------------------------------------------------
@@ -223,9 +329,11 @@ def checkpoint_stages(cfg: AuditConfig, settings: Settings, ckpt: Checkpoint, sa
         return judge_stage(build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
                                        params=OmegaConf.to_container(settings.reward)))
 
-    return Stages(sample=lazy(lambda: sample_stage(policy(), sample)), judge=lazy(judge),
+    return Stages(sample=lazy(lambda: sample_stage(policy(), sample)) if sample.n else None, judge=lazy(judge),
                   verifiers=verifier_stages(oracles, policy, pool),
-                  kl=lazy(lambda: kl_stage(policy(), sample.temperature)) if cfg.kl else None, chunk=sample.chunk)
+                  kl=lazy(lambda: kl_stage(policy(), sample.temperature)) if cfg.kl else None, chunk=sample.chunk,
+                  probe=lazy(lambda: probe_stage(policy(), adapter=True)) if cfg.probe else None,
+                  probe0=lazy(lambda: probe_stage(policy(), adapter=False)) if cfg.probe else None)
 
 
 def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSettings, oracles: Mapping[str, Any],
@@ -234,7 +342,8 @@ def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSetting
     names = checkpoint_files(policy=OmegaConf.to_container(settings.policy), sample=vars(sample),
                              reward=OmegaConf.to_container(settings.reward), judge_model=settings.judge.model,
                              identity=identity, oracles=oracles, envs=envs, weights=ckpt.identity)
-    return StageCache(cache_dir(ckpt.path), names)
+    # an edited environment (question, evidence) is a miss in every stage, never its old rows
+    return StageCache(cache_dir(ckpt.path), names, views={e.task_id: view_key(e.public) for e in envs})
 
 
 def sample_settings(cfg: AuditConfig, settings: Settings) -> SampleSettings:
@@ -251,7 +360,7 @@ def calibration_rows(cfg: AuditConfig, settings: Settings, seed_dir: Path, label
     they do not depend on the iteration), or None without a labelled set."""
     if labelled is None:
         return None
-    envs, answers = labelled
+    envs, answers = labelled[0], labelled[1]
 
     @functools.cache
     def policy():
@@ -263,6 +372,18 @@ def calibration_rows(cfg: AuditConfig, settings: Settings, seed_dir: Path, label
                          StageCache(cache_dir(seed_dir), names), show_progress=cfg.progress)
 
 
+def labelled_by_env(labelled, envs: Sequence[Environment]) -> dict[str, list[dict]]:
+    """The labelled on-policy answers of the audited environments, by task id (the probe scores them)."""
+    if labelled is None:
+        return {}
+    ids = {e.task_id for e in envs}
+    out: dict[str, list[dict]] = {}
+    for a in labelled[1]:
+        if a["task_id"] in ids:
+            out.setdefault(a["task_id"], []).append(a)
+    return out
+
+
 # -- the audit --------------------------------------------------------------------------------------
 
 def collect_run(cfg: AuditConfig, p: Plan, ckpts: Sequence[Checkpoint], pool: BackendPool):
@@ -270,11 +391,14 @@ def collect_run(cfg: AuditConfig, p: Plan, ckpts: Sequence[Checkpoint], pool: Ba
     run = (ckpts[0].reward, ckpts[0].seed)
     envs, oracles = p.envs[run], p.oracles[run]
     rows_by_t = {}
+    probe_labelled = labelled_by_env(p.labelled.get(run), envs) if cfg.probe_labelled else {}
     for ckpt in ckpts:
         settings = p.runs[ckpt.path]
         sample = sample_settings(cfg, settings)
+        run_cache = StageCache(cache_dir(ckpt.path.parent), run_files(policy=OmegaConf.to_container(settings.policy)))
         rows_by_t[ckpt.iteration] = collect(envs, checkpoint_stages(cfg, settings, ckpt, sample, oracles, pool),
                                             checkpoint_cache(settings, ckpt, sample, oracles, envs),
+                                            run_cache=run_cache, labelled=probe_labelled,
                                             show_progress=cfg.progress)
     first = ckpts[0]
     labelled = calibration_rows(cfg, p.runs[first.path], first.path.parent, p.labelled.get(run), oracles, pool)
@@ -300,20 +424,17 @@ def audit(cfg: AuditConfig, the_plan: Plan | None = None) -> dict[str, Any]:
             where[(reward, seed, ckpt.iteration)] = _relative(ckpt.path, p.discovery.root)
         experiments[(reward, seed)] = p.runs[ckpts[0].path].train.experiment_name
         audits[(reward, seed)] = seed_metrics(rows_by_t, run_seed=seed, settings=stats,
-                                              second_oracle=cfg.second_oracle is not None)
+                                              second_oracle=cfg.second_oracle is not None,
+                                              primary_members=p.oracles[(reward, seed)][ORACLE].members)
         stress = [r for r in rows_by_t[min(rows_by_t)] if r.source == STRESS]
         roles = C.roles(stress + list(labelled or []), p.oracles[(reward, seed)])
-        calib = C.calibrate(stress, labelled, roles)
-        the_gate = C.gate(calib, cfg.gate)
-        for t, rows in sorted(rows_by_t.items()):
-            pol = [r for r in rows if r.source == POLICY]
-            for role in roles:
-                w = C.undecided_warning(role, sum(C.accepts(r, role) is None for r in pol), len(pol), cfg.gate,
-                                        f"policy answers at t = {t}")
-                if w:
-                    the_gate["warnings"].append(w)
-        calibrations[(reward, seed)] = {"verifiers": calib, "gate": the_gate,
-                                        "oracles": {r: o.fingerprint() for r, o in p.oracles[(reward, seed)].items()}}
+        # the gate reads the on-policy set alone, per checkpoint where its own labels suffice
+        on_policy = p.labelled.get((reward, seed))
+        calibrations[(reward, seed)] = C.run_calibration(
+            stress, labelled, [a.get("iteration") for a in on_policy.rows] if on_policy else [],
+            {t: [r for r in rows if r.source == POLICY] for t, rows in rows_by_t.items()}, roles, cfg.gate,
+            on_policy.where if on_policy else "on-policy set") | {
+            "oracles": {r: o.fingerprint() for r, o in p.oracles[(reward, seed)].items()}}
     doc = build_results(cfg.fingerprint(), audits, where, experiments,
                         [_relative(s, p.discovery.root) for s in p.discovery.skipped], calibrations)
     write_outputs(p.discovery.root, doc)
@@ -365,22 +486,78 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
             ModelUnavailableError, C.LabelledError)
 
 
+@contextlib.contextmanager
+def audit_lock(discovery: Discovery):
+    """Hold `.audit.lock` (pid, host, start time) in every seed dir audited, as training holds its run
+    lock: a second audit of the same checkpoints is refused naming the holder, never let to append
+    to the same caches. An audit may still read the finished iterations of a run still training."""
+    from selfplay.artifacts import AUDIT_LOCK, run_lock
+
+    with contextlib.ExitStack() as stack:
+        for seed_dir in sorted({c.path.parent for c in discovery.checkpoints}):
+            stack.enter_context(run_lock(seed_dir, AUDIT_LOCK, "audit"))
+        yield
+
+
+def warn_skipped(discovery: Discovery) -> None:
+    """Each iteration dir the audit leaves out (no DONE), on stderr: not only inside audit.json."""
+    from selfplay.artifacts import no_done
+
+    for path in discovery.skipped:
+        print(f"audit.gap: warning: skipped {no_done(path)}", file=sys.stderr)
+
+
+def interrupted(p: Plan | None, started: float) -> str:
+    """Where a Ctrl-C stopped the audit: the checkpoint whose cache it wrote last (every row computed
+    is kept there), and that the same command resumes."""
+    if p is None:
+        return "audit.gap: interrupted (Ctrl-C) before the audit started; nothing was written"
+    newest: tuple[float, Path] | None = None
+    for d in dict.fromkeys([c.path for c in p.discovery.checkpoints] + [c.path.parent for c in p.discovery.checkpoints]):
+        for f in cache_dir(d).glob("*.jsonl") if cache_dir(d).is_dir() else ():
+            m = f.stat().st_mtime
+            if m >= started and (newest is None or m > newest[0]):
+                newest = (m, d)
+    where = (f"while auditing {newest[1]} (every row computed so far is kept in its {cache_dir(newest[1]).name}/)"
+             if newest else "before any new row was cached")
+    return f"audit.gap: interrupted (Ctrl-C) {where}; rerun the same command to resume"
+
+
 def main_cli(cfg: DictConfig) -> dict[str, Any]:
-    """Validate, plan and run; usage errors become one line on stderr and exit status 1."""
+    """Validate, plan and run; usage errors become one line on stderr and exit status 1 (a Ctrl-C:
+    one line saying where it stopped, status 130)."""
+    from selfplay.cli import os_error_line
+
+    p, started = None, time.time()
     try:
         settings = audit_config(cfg)
-        return audit(settings, plan(settings))
+        p = plan(settings)
+        warn_skipped(p.discovery)
+        with audit_lock(p.discovery):
+            return audit(settings, p)
     except _usage_errors() as e:
         raise SystemExit(f"audit.gap: error: {e}") from None
+    except KeyboardInterrupt:
+        print(interrupted(p, started), file=sys.stderr)
+        raise SystemExit(130) from None
+    except OSError as e:  # a read-only file system, a full disk: the path and what to do
+        raise SystemExit(f"audit.gap: error: {os_error_line(e)}") from None
 
 
 @hydra.main(config_path="../conf", config_name="audit", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     doc = main_cli(cfg)
     n = sum(len(s["iterations"]) for e in doc["rewards"].values() for s in e["seeds"].values())
     print(f"audited {n} checkpoint(s); wrote audit.json, audit.csv and {FIGURES_DIR}/ "
           f"in {Path(str(cfg.ckpt)).expanduser().resolve()}")
+
+
+def main() -> None:
+    """`python -m audit.gap`: Hydra's own errors (a bad group value, a key typo) in one line too."""
+    from selfplay.cli import hydra_main
+
+    hydra_main(_main, "audit.gap")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -35,8 +36,8 @@ from selfplay.config import ConfigError, Settings, check_data_path, train_settin
 from selfplay.dpo import DPOSettings, dpo_step
 from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
-from selfplay.models.backend import is_truncated
-from selfplay.pairs import build_pairs
+from selfplay.models.backend import Completion, is_truncated
+from selfplay.pairs import all_pairs, build_pairs
 from selfplay.runs import judge_weights, load_data_split
 from selfplay.tracking import start_logger
 
@@ -102,6 +103,17 @@ def sample_answers(policy, prompts: list[str], settings: Settings, t: int, batch
     return answers
 
 
+def offline_candidates(settings: Settings) -> bool:
+    """Whether the reward trains on each environment's labelled stress answers instead of samples
+    (`candidates: labelled`, the label rewards of judges.oracle_reward)."""
+    return settings.reward.get("candidates") == "labelled"
+
+
+def labelled_candidates(envs: list[Environment]) -> list[list[str]]:
+    """The fixed stress answers of each environment, as finished completions."""
+    return [[Completion(s.text, finished=True) for s in e.stress_answers] for e in envs]
+
+
 def judge_answers(judge, envs: list[Environment], answers: list[list[str]], t: int, batch_envs: int):
     from judges.base import judge_item
 
@@ -109,8 +121,11 @@ def judge_answers(judge, envs: list[Environment], answers: list[list[str]], t: i
     for chunk in tqdm(chunks(list(range(len(envs))), batch_envs), desc=f"iter {t}: judge"):
         items = [judge_item(judge, envs[i], str(a)) for i in chunk for a in answers[i]]
         verdicts += judge.score(items)
-    k = len(answers[0]) if answers else 0
-    return [verdicts[i * k : (i + 1) * k] for i in range(len(envs))]
+    out, start = [], 0
+    for a in answers:  # environments may differ in their number of candidates (labelled ones)
+        out.append(verdicts[start : start + len(a)])
+        start += len(a)
+    return out
 
 
 def sample_metrics(truncated: list[list[bool]]) -> dict[str, float]:
@@ -226,15 +241,19 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
             started, times = time.perf_counter(), {}
             with A.writing_iteration(run, t) as dest:
                 with timed(times, "generate"):
-                    answers = sample_answers(policy, prompts_of, settings, t, batch_envs)
+                    answers = (labelled_candidates(envs) if offline_candidates(settings)
+                               else sample_answers(policy, prompts_of, settings, t, batch_envs))
                 with timed(times, "judge"):
                     if judge is None or settings.judge.model == "self":
                         judge = build_judge_for(settings, policy, t, judge_backend)
                     verdicts = judge_answers(judge, envs, answers, t, batch_envs)
                 scores = [[v.score for v in env] for env in verdicts]
                 cut = [[is_truncated(x) for x in env] for env in answers]
-                pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
-                                                     tr.margin, truncated=None if tr.pair_truncated else cut)
+                if offline_candidates(settings):
+                    pairs, counts, reasons = all_pairs([e.task_id for e in envs], prompts_of, answers, scores, tr.margin)
+                else:
+                    pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
+                                                         tr.margin, truncated=None if tr.pair_truncated else cut)
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
                 with timed(times, "dpo"):
@@ -260,8 +279,28 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
     return run
 
 
+def interrupted(cfg: DictConfig) -> str:
+    """Where a run stopped by Ctrl-C stands: its complete iterations stay, the one being written is
+    discarded (A.writing_iteration), and the same command resumes after the last complete one."""
+    try:
+        settings = train_settings(cfg)
+        tr = settings.train
+        run = A.run_dir(tr.output_root, tr.experiment_name, settings.reward_name, tr.seed)
+        last = A.scan_run(run).last
+    except (ConfigError, OSError):
+        return "selfplay.train: interrupted (Ctrl-C) before the run was set up; nothing was written"
+    if last is None:
+        return f"selfplay.train: interrupted (Ctrl-C) in {run} before iteration 0 was written; rerun the same command to start"
+    if last >= tr.iterations:
+        return f"selfplay.train: interrupted (Ctrl-C) in {run} after its last iteration ({last}) was complete; nothing was lost"
+    return (f"selfplay.train: interrupted (Ctrl-C) in {run} during iteration {last + 1}: iterations 0..{last} are "
+            f"complete and kept, the unfinished one was discarded; rerun the same command to resume from "
+            f"iteration {last + 1}")
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
+    from selfplay.cli import os_error_line
     from selfplay.envs import EnvLoadError
     from selfplay.models import ModelUnavailableError
 
@@ -269,6 +308,18 @@ def main(cfg: DictConfig) -> None:
         run(cfg)
     except (ConfigError, EnvLoadError, ModelUnavailableError) as e:  # a usage error: one line, no traceback
         raise SystemExit(f"selfplay.train: error: {e}") from None
+    except KeyboardInterrupt:
+        print(interrupted(cfg), file=sys.stderr)
+        raise SystemExit(130) from None
+    except OSError as e:  # a full disk, a read-only file system: the path and what to do
+        raise SystemExit(f"selfplay.train: error: {os_error_line(e)}") from None
+
+
+def main() -> None:
+    """`python -m selfplay.train`: Hydra's own errors (a bad group value, a key typo) in one line too."""
+    from selfplay.cli import hydra_main
+
+    hydra_main(_main, "selfplay.train")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,18 @@ Hydra entry points (selfplay.train, audit.gap) run through their `@hydra.main` i
 others through `main(argv)`; one case runs `python -m selfplay.train` as a subprocess from an empty
 directory, to show the interpreter's own exit path and that no Hydra file is left there.
 `selfplay.envs` prints a JSON summary by design: its cases assert one entry in `errors`.
+A case may patch one call to fail as the filesystem or the user would (a full disk, a read-only cache,
+Ctrl-C); an interrupted audit may leave new rows in `audit_cache/` (kept for the rerun), never change
+a file written before. The faults that are no refusal (a malformed endpoint reply, failed verdicts, an
+edited environment, a skipped checkpoint) have their own tests after the table.
 """
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,16 +31,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
+from test_models_endpoint import Server, completion
+from test_models_endpoint import env as endpoint_env
 
+import audit.cache as audit_cache
+import audit.collect as collect
 import audit.exploit as exploit
 import audit.gap as gap
 import audit.report as report
 import selfplay.envs.__main__ as envs_cli
 import selfplay.train as train
+from audit.cache import StageCache
+from audit.collect import verifier_stage
+from judges.oracle import LLMOracle
+from judges.verifiers import OracleConfig, build_verifier, verdict_row
 from selfplay import artifacts as A
 from selfplay.config import CONF_DIR
 from selfplay.envs import load_envs
+from selfplay.models.endpoint import EndpointBackend, EndpointError
+from selfplay.runs import load_data_split
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "data" / "mini"
@@ -121,6 +138,9 @@ class Case:
     args: list[str]
     expect: list[str]  # substrings of the one line
     holder: subprocess.Popen | None = None
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None  # the fault, injected for the run
+    status: int | None = None  # the exit status, when it must be this one (non-zero either way)
+    new_ok: str | None = None  # a directory name under which new files may appear (kept for a rerun)
 
 
 DATA: list[Path] = []  # the module's data copy, set by the `trained` fixture (data.path is part of a run's config)
@@ -165,13 +185,133 @@ def c_audit_setting(overrides: list[str], *expect: str) -> Callable:
     return setup
 
 
-def lock_held(tmp, trained):
+def lock_held(tmp, trained, user: str = "run"):
+    """Another process holds the run's lock (training's, or the audit's `.audit.lock`) on the run."""
     run = run_copy(trained, tmp)
-    code = ("import sys, time; from pathlib import Path; from selfplay.artifacts import run_lock\n"
-            "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(120)")
+    lock = "LOCK" if user == "run" else "AUDIT_LOCK"
+    code = (f"import sys, time; from pathlib import Path; from selfplay.artifacts import {lock}, run_lock\n"
+            f"with run_lock(Path(sys.argv[1]), {lock}, {user!r}):\n    print('locked', flush=True); time.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(run)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
-    return Case("train", _train(tmp), [str(run), "in use by another run", f"pid {holder.pid}"], holder)
+    args = _train(tmp) if user == "run" else [f"ckpt={run}", *AUDIT]
+    return Case("train" if user == "run" else "audit", args, [str(run), f"in use by another {user}",
+                                                              f"pid {holder.pid}"], holder)
+
+
+def repoint(run: Path, data: Path) -> None:
+    """The run as training would have written it on `data`: data.path in every iteration's config,
+    the manifests written again, so the audit reads that copy of the data."""
+    for it in sorted(run.glob("iter_*")):
+        config = yaml.safe_load((it / A.CONFIG).read_text())
+        config["data"]["path"] = str(data)
+        A.write_config(it / A.CONFIG, config)
+        A.write_manifest(it)
+
+
+def audited_envs(data: Path) -> dict[str, Path]:
+    """The first audit environment of each kind (what max_envs=1 audits) -> its record file."""
+    envs = load_data_split(dataclasses.make_dataclass("D", ["path", "splits"])(str(data), None), "audit")
+    first = {k: next(e for e in envs if e.kind == k) for k in ("impossible", "control")}
+    files = {json.loads(f.read_text())["task_id"]: f for f in sorted(data.glob("data*/*.json"))}
+    return {k: files[e.task_id] for k, e in first.items()}
+
+
+def c_audit_data(damage: Callable[[Path], str], *expect: str) -> Callable:
+    """Audit a copy of the trained run that reads a damaged copy of its data (damage names the file)."""
+    def setup(tmp, trained):
+        run = run_copy(trained, tmp)
+        data = mini_copy(tmp / "data")
+        repoint(run, data)
+        return Case("audit", [f"ckpt={run}", *AUDIT], [damage(data), *expect])
+    return setup
+
+
+def long_audit_record(data: Path) -> str:
+    f = audited_envs(data)["impossible"]
+    rec = json.loads(f.read_text())
+    rec["evidence"][0]["text"] = "The ledger lists one more entry. " * 400  # ~2800 tokens
+    f.write_text(json.dumps(rec))
+    return f"{f}: task {rec['task_id']}: its audit prompt is"
+
+
+def mixed_sweep(tmp, trained):
+    """A reward dir whose second seed is a run of another experiment with another k and budget."""
+    run = run_copy(trained, tmp)
+    other = run.parent / "seed1"
+    shutil.copytree(run, other, symlinks=True)
+    for it in sorted(other.glob("iter_*")):
+        config = yaml.safe_load((it / A.CONFIG).read_text())
+        config.update(seed=1, k=4, max_new_tokens=16, experiment_name="other")
+        A.write_config(it / A.CONFIG, config)
+        A.write_manifest(it)
+    return Case("audit", [f"ckpt={run.parent}", *AUDIT],
+                [f"{run} and {other} are runs of different experiments or settings", "k: 2 -> 4",
+                 "audit them apart"])
+
+
+def fail_with(code: int) -> Callable[..., None]:
+    """A stand-in for a write that raises what the kernel raises (errno `code`) naming its path."""
+    def write(target, *args, **kwargs):
+        path = getattr(target, "path", target)  # a JsonlCache or a path
+        raise OSError(code, os.strerror(code), str(path))
+    return write
+
+
+def redo_last(tmp, trained) -> Path:
+    """A copy of the run whose iteration 2 its owner deleted (the recovery): resume redoes it."""
+    run = run_copy(trained, tmp)
+    shutil.rmtree(run / "iter_2")
+    return run
+
+
+def train_disk_full(tmp, trained):
+    run = redo_last(tmp, trained)
+    return Case("train", _train(tmp), [str(run / ".iter_2.tmp" / "generations.jsonl"), "No space left on device",
+                                       "[errno 28]", "rerun the same command"],
+                patch=lambda mp: mp.setattr(A, "write_jsonl", fail_with(errno.ENOSPC)))
+
+
+def train_interrupted(tmp, trained):
+    run = redo_last(tmp, trained)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    return Case("train", _train(tmp), [f"interrupted (Ctrl-C) in {run} during iteration 2", "iterations 0..1 are "
+                                       "complete and kept", "rerun the same command to resume"],
+                patch=lambda mp: mp.setattr(train, "sample_answers", stop), status=130)
+
+
+def c_audit_cache_error(code: int, *expect: str) -> Callable:
+    """The audit's first cache write fails as on a read-only file system or a full disk."""
+    def setup(tmp, trained):
+        run = run_copy(trained, tmp)
+        return Case("audit", [f"ckpt={run}", *AUDIT], [str(run / "iter_0" / "audit_cache"), *expect],
+                    patch=lambda mp: mp.setattr(audit_cache.JsonlCache, "add", fail_with(code)))
+    return setup
+
+
+def audit_interrupted(tmp, trained):
+    """Ctrl-C in the judge stage of iter_0, after its answers were cached (they stay, for the rerun)."""
+    run = run_copy(trained, tmp)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    return Case("audit", [f"ckpt={run}", *AUDIT], [f"interrupted (Ctrl-C) while auditing {run / 'iter_0'}",
+                                                   "rerun the same command to resume"],
+                patch=lambda mp: mp.setattr(collect, "judge_items", stop), status=130, new_ok="audit_cache")
+
+
+def c_unwritable_model_cache(entry: str) -> Callable:
+    """The model cache (SELFPLAY_CACHE, under HOME by default) cannot be created: a file stands where
+    a directory of its path must be, as a read-only HOME refuses it."""
+    def setup(tmp, trained):
+        run = run_copy(trained, tmp)
+        home = tmp / "home"
+        home.write_text("")
+        args = _train(tmp, "iterations=3") if entry == "train" else [f"ckpt={run}", *AUDIT]
+        return Case(entry, args, [str(home / ".cache"), "Not a directory", "[errno 20]"],
+                    patch=lambda mp: mp.setenv("SELFPLAY_CACHE", str(home / ".cache" / "selfplay-judges")))
+    return setup
 
 
 def c_files(kind: str, damage: Callable[[Path], Path], *expect: str) -> Callable:
@@ -242,6 +382,10 @@ CASES = [
                                  "no such file or directory"), id="train-data-missing"),
     pytest.param(c_train_setting("+reward.temperature=2", "unknown reward parameter", "temperature"), id="train-reward-unknown"),
     pytest.param(c_train_setting("policy.max_context=8", "max_context"), id="train-policy-bad"),
+    # selfplay.train: Hydra's own composition errors, in one line naming the key and the choices
+    pytest.param(c_train_setting("reward=nosuch", "reward=nosuch: no such reward config", "anchored, "),
+                 id="train-group-value"),
+    pytest.param(c_train_setting("kk=1", "kk: no such key", "iterations", "+kk=1"), id="train-key-typo"),
     # selfplay.train: data (load.py, split.py) and each prompt against the context
     pytest.param(c_data(long_evidence, "max_context 2048 of policy tiny-llama"), id="train-prompt-too-long"),
     pytest.param(c_data(lambda d: str(ff_byte(first_train_record(d))), "not UTF-8", "0xFF"), id="train-record-0xff"),
@@ -279,6 +423,12 @@ CASES = [
                        "pairs.jsonl is unreadable (cannot read: a symlink loop)"), id="resume-file-symlink-loop"),
     pytest.param(c_run(no_manifest, "seal"), id="resume-done-without-manifest"),
     pytest.param(lock_held, id="resume-lock-held"),
+    pytest.param(c_run(lambda r: ((r / "iter_2" / "DONE").unlink(), str(r / "iter_2"))[1], "has no DONE marker",
+                       "nothing was changed", "rm -r", "seal"), id="resume-last-done-deleted"),
+    # selfplay.train: the filesystem and the user stop a run; what was written before stays
+    pytest.param(train_disk_full, id="train-disk-full"),
+    pytest.param(train_interrupted, id="train-ctrl-c"),
+    pytest.param(c_unwritable_model_cache("train"), id="train-model-cache-unwritable"),
     # audit.gap: every checkpoint of the run verified before anything is written
     pytest.param(c_run(lambda r: (shutil.rmtree(r / "iter_1" / "adapter"), str(r / "iter_1"))[1],
                        "corrupt checkpoint", "adapter_config.json is missing", audit="seed"), id="audit-adapter-deleted"),
@@ -290,6 +440,29 @@ CASES = [
     pytest.param(c_audit_setting(["oracle=llm", "oracle.model=nosuch"], "nosuch"), id="audit-oracle-model"),
     pytest.param(c_audit_setting(["second_oracle=nosuch"], "nosuch"), id="audit-second-oracle-model"),
     pytest.param(c_audit_setting(["oracle=llm", "oracle.min_mass=2"], "min_mass"), id="audit-oracle-min-mass"),
+    pytest.param(c_audit_setting(["oracle=nosuch"], "oracle=nosuch: no such oracle config", "spec"),
+                 id="audit-group-value"),
+    pytest.param(c_audit_setting(["nn=1"], "nn: no such key", "max_envs"), id="audit-key-typo"),
+    # audit.gap: what is known in advance is checked before anything is written
+    pytest.param(c_run(lambda r: ((r / "iter_0" / "DONE").unlink(), str(r / "iter_0"))[1], "no baseline (t = 0",
+                       "has no DONE marker", "rm -r", audit="seed"), id="audit-baseline-done-deleted"),
+    pytest.param(c_run(lambda r: ((r / "iter_0" / "DONE").unlink(), str(r / "iter_0"))[1], "no baseline (t = 0",
+                       audit="iter_2"), id="audit-iteration-without-baseline"),
+    pytest.param(mixed_sweep, id="audit-mixed-sweep"),
+    pytest.param(c_audit_setting(["oracle=llm", "oracle.model=endpoint",
+                                  "oracle.endpoint={base_url: 'http://127.0.0.1:9/v1', model: m, "
+                                  "api_key_env: SELFPLAY_FAULTS_UNSET_KEY}"],
+                                 "oracle.endpoint.api_key_env=SELFPLAY_FAULTS_UNSET_KEY", "export"),
+                 id="audit-api-key-unset"),
+    pytest.param(c_audit_data(long_audit_record, "max_context 2048 of policy tiny-llama"), id="audit-prompt-too-long"),
+    pytest.param(c_audit_data(lambda d: str(ff_byte(d / "labelled_answers.jsonl")), "not UTF-8"),
+                 id="audit-labelled-0xff"),
+    pytest.param(lambda tmp, trained: lock_held(tmp, trained, "audit"), id="audit-lock-held"),
+    pytest.param(c_unwritable_model_cache("audit"), id="audit-model-cache-unwritable"),
+    # audit.gap: the filesystem and the user stop an audit; the cache keeps every finished row
+    pytest.param(c_audit_cache_error(errno.EROFS, "Read-only file system", "[errno 30]"), id="audit-cache-read-only"),
+    pytest.param(c_audit_cache_error(errno.ENOSPC, "No space left on device", "[errno 28]"), id="audit-disk-full"),
+    pytest.param(audit_interrupted, id="audit-ctrl-c"),
     # audit.exploit and audit.report: unreadable files
     pytest.param(c_files("results", ff_byte, "not UTF-8"), id="exploit-results-0xff"),
     pytest.param(c_files("split", ff_byte, "not UTF-8"), id="exploit-split-0xff"),
@@ -318,13 +491,13 @@ def tree(root: Path) -> dict[str, str]:
     return out
 
 
-def invoke(case: Case, capsys, monkeypatch, cwd: Path) -> tuple[int, str]:
-    """Run the entry point; (exit status, everything it printed)."""
+def invoke(case: Case, capsys, monkeypatch, cwd: Path) -> tuple[int, str, str]:
+    """Run the entry point; (exit status, what it printed on stdout, on stderr)."""
     if case.entry == "train-cli":
         env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
         proc = subprocess.run([sys.executable, "-m", "selfplay.train", *case.args], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=120)
-        return proc.returncode, proc.stdout + proc.stderr
+        return proc.returncode, proc.stdout, proc.stderr
     message = ""
     try:
         if case.entry in ("train", "audit"):
@@ -338,7 +511,10 @@ def invoke(case: Case, capsys, monkeypatch, cwd: Path) -> tuple[int, str]:
     except SystemExit as e:  # what the interpreter does with it: a str is printed, status 1
         status, message = (1, f"{e.code}\n") if isinstance(e.code, str) else (e.code, "")
     out = capsys.readouterr()
-    return status, out.out + out.err + message
+    return status, out.out, out.err + message
+
+
+PROGRESS = re.compile(r"\d+/\d+ \[\d\d:\d\d")  # a tqdm bar's update ("1/1 [00:00<00:00, ...]")
 
 
 @pytest.mark.parametrize("setup", CASES)
@@ -347,22 +523,33 @@ def test_fault_is_one_clear_line_and_loses_nothing(setup, trained, tmp_path, cap
     capsys.readouterr()
     before = tree(tmp_path)
     try:
-        status, text = invoke(case, capsys, monkeypatch, tmp_path)
+        if case.patch is not None:
+            case.patch(monkeypatch)
+        status, out, err = invoke(case, capsys, monkeypatch, tmp_path)
         after = tree(tmp_path)
     finally:
         if case.holder is not None:
             case.holder.kill()
             case.holder.wait()
+    text = out + err
     assert status != 0, text
+    assert case.status is None or status == case.status, (status, text)
     assert "Traceback" not in text, text
     if case.entry == "envs":  # the JSON summary: one error entry
         (line,) = json.loads(text)["errors"]
     else:
-        lines = [ln for ln in text.splitlines() if ln.strip()]
+        # refused before it starts: one line in all; stopped mid-run (a patched fault): the progress it
+        # logged on stdout and its bars stay, and stderr holds one line besides the bars
+        lines = [ln for ln in (text if case.patch is None else err).splitlines()
+                 if ln.strip() and (case.patch is None or not PROGRESS.search(ln))]
         assert len(lines) == 1, text
         line = lines[0]
     for want in case.expect:
         assert want in line, (want, line)
+    if case.new_ok is not None:  # rows kept for the rerun: new files there, nothing else new or changed
+        new = {k: v for k, v in after.items() if k not in before}
+        assert new and all(case.new_ok in Path(k).parts for k in new), sorted(new)
+        after = {k: v for k, v in after.items() if k in before}
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
 
 
@@ -431,3 +618,100 @@ def test_lock_is_exclusive_and_released(tmp_path):
     with A.run_lock(tmp_path / "fresh" / "seed0"):
         time.sleep(0)
     assert list(tmp_path.iterdir()) == [tmp_path / "exp"]  # a run that wrote nothing leaves nothing
+
+
+# -- faults that are no refusal: the audit goes on, counts them, and a rerun does not keep them ----
+
+def endpoint_backend(url: str, **cfg) -> EndpointBackend:
+    return EndpointBackend.from_config({"base_url": url, "model": "served", "max_retries": 1, "backoff_s": 0.0,
+                                        "backoff_max_s": 0.0, "concurrency": 1} | cfg)
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param(b'{"id": "c", "object": "chat.completion", "choices": [', id="json-cut"),
+    pytest.param({"id": "c", "object": "chat.completion", "choices": []}, id="no-choices"),
+    pytest.param(b"[1, 2]", id="not-a-completion"),
+])
+def test_endpoint_malformed_reply_is_a_counted_undecided_verdict(body):
+    """A 200 whose body is no chat completion is retried like a 5xx, then a NaN row: the verdict is
+    undecided (mode failed, the reason kept) and counted, not a crash; a generation says so."""
+    server = Server(lambda req, i, auth: (200, body, 0))
+    try:
+        backend = endpoint_backend(server.url)
+        (v,) = LLMOracle(backend, min_mass=0.0).verify([(endpoint_env(), "Mortality fell.")])
+        assert v.violates is None and v.p_violates is None and v.mode == "failed"
+        assert "malformed reply" in v.error and "2 attempt" in v.error
+        assert backend.stats["failed"] == 1 and len(server.requests) == 2
+        assert json.loads(json.dumps(verdict_row(v)))["mode"] == "failed"  # a cache row like any other
+        with pytest.raises(EndpointError, match="generation failed: .*malformed reply"):
+            backend.greedy([backend.render([{"role": "user", "content": "q"}])], max_new_tokens=4)
+    finally:
+        server.close()
+
+
+def test_failed_endpoint_verdicts_are_retried_by_a_rerun(tmp_path):
+    """After a run of 429s the oracle's cache holds undecided rows (mode failed); a rerun against a
+    server that works again asks for exactly those, keeps every byte written before, and the
+    verdicts it then gets are final (a third run asks nothing)."""
+    busy = [True]
+    server = Server(lambda req, i, auth: (429, {"error": {"message": "slow down"}}, 0) if busy[0]
+                    else (200, completion("No", {"No": 0.9, "Yes": 0.1}), 0))
+    try:
+        cfg = OracleConfig.from_mapping({"name": "llm", "verifiers": [], "model": "endpoint", "min_mass": 0.0,
+                                         "endpoint": {"base_url": server.url, "model": "served", "max_retries": 0,
+                                                      "concurrency": 1}})
+        env = endpoint_env()
+        texts = {env.task_id: ["We cannot say.", "The packet cannot settle it (D1)."]}
+
+        def audit_once() -> list[bool | None]:
+            stage = verifier_stage(build_verifier(cfg).verify, "oracle")
+            rows = StageCache(tmp_path, {"oracle": "oracle-x.jsonl"}).per_text(
+                "oracle", texts, lambda tid, xs: stage(env, xs))
+            return [r["violates"] for r in rows[env.task_id]]
+
+        assert audit_once() == [None, None] and len(server.requests) == 2
+        written = (tmp_path / "oracle-x.jsonl").read_bytes()
+        busy[0] = False
+        assert audit_once() == [False, False] and len(server.requests) == 4
+        assert (tmp_path / "oracle-x.jsonl").read_bytes().startswith(written)
+        assert audit_once() == [False, False] and len(server.requests) == 4
+    finally:
+        server.close()
+
+
+def test_skipped_checkpoint_is_named_and_an_edited_environment_is_reaudited(trained, tmp_path, capsys, monkeypatch):
+    """An iteration without DONE is left out and named on stderr (one line), not only in audit.json.
+    Then the question of an audited environment is edited: the rerun samples that environment again
+    under a new key (with the sampling chunk it shares, as a fresh audit would) instead of replaying
+    its old answers; every cache file keeps the bytes it had, the checkpoints' own files do not change."""
+    run = run_copy(trained, tmp_path)
+    data = mini_copy(tmp_path / "data")
+    repoint(run, data)
+    (run / "iter_1" / "DONE").unlink()
+    capsys.readouterr()
+    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
+    monkeypatch.setattr(sys, "argv", [gap.__file__, f"ckpt={run}", *AUDIT])
+    gap.main()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith(f"audit.gap: warning: skipped {run / 'iter_1'} has no DONE marker"), err
+    doc = json.loads((run / "audit.json").read_text())
+    assert sorted(doc["rewards"]["generic"]["seeds"]["0"]["iterations"]) == ["0", "2"]
+
+    answers = next((run / "iter_0" / "audit_cache").glob("answers-*.jsonl"))
+    caches = {p: p.read_bytes() for p in run.rglob("audit_cache/*.jsonl")}
+    first = [json.loads(line) for line in answers.read_text().splitlines()]
+    files = audited_envs(data)
+    rec = json.loads(files["impossible"].read_text())
+    rec["question"] = rec["question"] + " Answer in one sentence."
+    files["impossible"].write_text(json.dumps(rec))
+
+    gap.main()
+    capsys.readouterr()
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    old_key = next(r["key"] for r in first if r["task_id"] == rec["task_id"])
+    again = [r for r in rows[len(first):] if r["task_id"] == rec["task_id"]]
+    assert len(again) == 1 and again[0]["key"] != old_key  # sampled again, under its new prompt's key
+    for path, old in caches.items():
+        assert path.read_bytes().startswith(old), path
+    for t in (0, 2):
+        A.verify_iteration(run / f"iter_{t}")
