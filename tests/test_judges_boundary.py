@@ -79,7 +79,9 @@ def test_no_hidden_sentence_in_any_prompt(which):
             backend = RecordingBackend()
             judge = build_judge(name, backend)
             if not hasattr(judge, "design"):  # a no-model reward builds no prompt
-                judge.score([JudgeItem(env.public, c, env.reference_answer, cert) for c in candidates])
+                # the oracle-reward controls read the hidden anchor (the named exception): judge_item
+                # hands it to them and to no other design
+                judge.score([judge_item(judge, env, c) for c in candidates])
                 assert backend.scored == backend.greedy_prompts == [], name
                 continue
             items = [JudgeItem(env.public, c, env.reference_answer, cert) for c in candidates]
