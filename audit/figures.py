@@ -23,6 +23,14 @@ IBE = ("ibe/policy/judge+checks", "ibe/stress/judge+checks")
 BASELINES = ("length", "hedge")
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _nan(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
@@ -132,11 +140,7 @@ def kl_curve(doc: Mapping[str, Any], path: Path) -> Path:
     if pts:
         ax.legend(fontsize=6, loc="upper right")
     ax.set_title("Apparent vs verified success against √KL", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def probe_curve(doc: Mapping[str, Any], path: Path, metric: str = "pref_margin/impossible") -> Path:
@@ -168,11 +172,7 @@ def probe_curve(doc: Mapping[str, Any], path: Path, metric: str = "pref_margin/i
         right.text(0.5, 0.5, "no KL estimate (the audit drew no answers)", ha="center", va="center",
                    transform=right.transAxes, fontsize=8)
     fig.suptitle("Preference probe on held-out environments (impossible)", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_figures(doc: Mapping[str, Any], out_dir: Path) -> list[Path]:
