@@ -7,6 +7,7 @@ package (the first run converts and caches it: a few seconds).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -356,26 +357,58 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_sample_marks_completions_cut_at_the_token_budget(monkeypatch):
-    """Scripted generate: sample 0 writes two tokens then EOS (then pads with EOS), sample 1 uses all
-    three tokens without EOS. Only sample 1 is truncated; the text of both is the decoded tokens."""
+    """Scripted generate: sample 0 writes one token then EOS, padded with EOS (the tiny models' pad
+    id), sample 1 two tokens then EOS, sample 2 uses all three without EOS. Only sample 2 is
+    truncated; the text is the decoded tokens, the ids end at the first EOS."""
     from selfplay.models.backend import Completion, is_truncated
 
     b = make_backend("llama")
     eos = b.tokenizer.eos_token_id
+    assert b.tokenizer.pad_token_id == eos
     word = b.tokenizer("hello", add_special_tokens=False)["input_ids"][0]
-    scripted = torch.tensor([[word, word, eos], [word, word, word]])
+    scripted = torch.tensor([[word, eos, eos], [word, word, eos], [word, word, word]])
 
     def generate(input_ids, attention_mask, generation_config, **kw):
         assert generation_config.max_new_tokens == 3
         rows = input_ids.repeat_interleave(generation_config.num_return_sequences or 1, dim=0)
-        assert rows.shape[0] == 2  # expanded here or, with the shared prefill, by the backend
+        assert rows.shape[0] == 3  # expanded here or, with the shared prefill, by the backend
         return torch.cat([rows, scripted], dim=1)
 
     monkeypatch.setattr(b.model, "generate", generate)
-    (out,) = b.sample([judge_prompts(b)[5]], n=2, temperature=1.0, max_new_tokens=3, seed=0)
+    (out,) = b.sample([judge_prompts(b)[5]], n=3, temperature=1.0, max_new_tokens=3, seed=0)
     assert all(isinstance(c, Completion) for c in out)
-    assert [is_truncated(c) for c in out] == [False, True]
-    assert out[0] == b.tokenizer.decode([word, word]) and not is_truncated("plain text")
+    assert [is_truncated(c) for c in out] == [False, False, True]
+    assert out[1] == b.tokenizer.decode([word, word]) and not is_truncated("plain text")
+    assert [c.token_ids for c in out] == [(word, eos), (word, word, eos), (word, word, word)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sampled_token_ids_are_the_answer(arch):
+    """On a tiny model whose end token is made likely (about one draw in five): each sample's ids
+    decode to its text, end with the end token exactly when it finished and nowhere else, and fit
+    the budget, for sampling and for greedy. Both kinds occur."""
+    b = make_backend(arch)
+    eos = b.model.generation_config.eos_token_id
+    vocab = b.model.get_input_embeddings().num_embeddings
+
+    def likely_eos(module, args, out):
+        out[..., eos] += math.log(vocab / 4)
+        return out
+
+    hook = b.model.get_output_embeddings().register_forward_hook(likely_eos)
+    try:
+        out = b.sample(judge_prompts(b)[:2], n=4, temperature=1.0, max_new_tokens=6, seed=3)
+        (greedy,) = b.greedy(judge_prompts(b)[5:], max_new_tokens=6)
+    finally:
+        hook.remove()
+    flat = [c for x in out for c in x] + [greedy]
+    assert {c.finished for c in flat} == {True, False}
+    for c in flat:
+        ids = list(c.token_ids)
+        assert 1 <= len(ids) <= 6
+        assert (ids[-1] == eos) == c.finished and eos not in ids[:-1]
+        assert b.tokenizer.decode(ids, skip_special_tokens=True) == c
+        assert len(ids) == 6 or c.finished
 
 
 @pytest.mark.parametrize("arch", ARCHS)

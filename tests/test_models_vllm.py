@@ -29,6 +29,7 @@ from selfplay.models.loading import load_tokenizer
 VOCAB = 49152  # SmolLM2's vocabulary, which the tiny models' tokenizer shares
 MAX_LOGPROB_TOKEN_IDS = 128
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+FAKE_EOS = 2
 
 
 @dataclass
@@ -43,6 +44,7 @@ class CompletionOutput:
     text: str
     logprobs: list | None = None
     finish_reason: str | None = None
+    token_ids: list[int] = field(default_factory=list)  # vLLM keeps the end token it stopped on
 
 
 @dataclass
@@ -160,7 +162,8 @@ class FakeLLM:
             logprobs = [step([7, *sp.logprob_token_ids])] if getattr(sp, "logprob_token_ids", None) else None
             # even prompt lengths "stop" on an end token, odd ones run out of tokens
             finish = "stop" if len(ids) % 2 == 0 else "length"
-            outs.append(CompletionOutput(f"len{len(ids)}-seed{seed}-lora{lora_id}", logprobs, finish))
+            tokens = [len(ids), j] + ([FAKE_EOS] if finish == "stop" else [])
+            outs.append(CompletionOutput(f"len{len(ids)}-seed{seed}-lora{lora_id}", logprobs, finish, tokens))
         prompt_logprobs = None
         if sp.prompt_logprobs is not None:
             prompt_logprobs = [None] + [{t: Logprob(-(t + j) / 100)} for j, t in enumerate(ids) if j >= 1]
@@ -244,6 +247,9 @@ def test_sample_sends_token_ids_and_seeds_that_never_collide(monkeypatch, tokeni
     assert len(set(flat)) == 9  # the repeated prompt too gets samples of its own
     assert [[t.finished for t in texts] for texts in out] == [[n % 2 == 0] * 3 for n in (n0, n1, n1)]
     assert {n0 % 2, n1 % 2} == {0, 1}  # both finish reasons are read
+    # the sampled ids pass through as a tuple, the end token kept exactly where vLLM stopped on it
+    assert [[t.token_ids for t in texts] for texts in out] == [
+        [(n, j, FAKE_EOS) if n % 2 == 0 else (n, j) for j in range(3)] for n in (n0, n1, n1)]
 
 
 def test_greedy_is_temperature_zero(monkeypatch, tokenizer):

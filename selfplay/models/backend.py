@@ -24,23 +24,30 @@ import numpy as np
 
 
 class Completion(str):
-    """A generated answer: the decoded text, plus whether generation stopped on its own.
+    """A generated answer: the decoded text, plus whether generation stopped on its own and the token
+    ids the model sampled.
 
     `finished` is False when the model produced no end-of-turn within `max_new_tokens` (a truncated
     sample). A `str` subclass so every caller that only wants text keeps working; the training loop
     reads `finished` to keep truncated samples out of DPO pairs, where TRL would otherwise append an
     end token the policy never wrote.
+
+    `token_ids` are the sampled ids as the model wrote them, ending with the end-of-turn id it stopped
+    on when `finished` (nothing after it), so scoring the answer need not re-tokenize its text (which
+    may split differently). Empty for a Completion built from text alone.
     """
 
     finished: bool
+    token_ids: tuple[int, ...]
 
-    def __new__(cls, text: str, finished: bool = True) -> Completion:
+    def __new__(cls, text: str, finished: bool = True, token_ids: Sequence[int] = ()) -> Completion:
         obj = super().__new__(cls, text)
         obj.finished = bool(finished)
+        obj.token_ids = tuple(int(t) for t in token_ids)
         return obj
 
-    def __reduce__(self):  # pickling (multiprocessing) keeps the flag
-        return (Completion, (str(self), self.finished))
+    def __reduce__(self):  # pickling (multiprocessing) keeps the flag and the ids
+        return (Completion, (str(self), self.finished, self.token_ids))
 
 
 def is_truncated(text: str) -> bool:

@@ -358,12 +358,19 @@ class HFBackend:
                     config.num_return_sequences = 1
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **kw)
                 config = base_config
-                new = out[:, input_ids.shape[1] :]
-                stops = torch.tensor(sorted({eos} if isinstance(eos, int) else set(eos)), device=new.device)
-                finished = torch.isin(new, stops).any(dim=1).tolist()
-                decoded = self.tokenizer.batch_decode(new, skip_special_tokens=True)
-                texts += [Completion(t, f) for t, f in zip(decoded, finished, strict=True)]
+                texts += self._completions(out[:, input_ids.shape[1] :], eos)
         return texts
+
+    def _completions(self, new: torch.Tensor, eos: int | Sequence[int]) -> list[Completion]:
+        """Generated rows -> Completions: each row cut after its first end token (generate() pads a
+        finished row with pad ids up to the batch's longest), the text decoded from what is kept."""
+        stops = torch.tensor(sorted({eos} if isinstance(eos, int) else set(eos)), device=new.device)
+        hit = torch.isin(new, stops)
+        finished = hit.any(dim=1)
+        lengths = torch.where(finished, hit.int().argmax(dim=1) + 1, new.shape[1]).tolist()
+        rows = [row[:k] for row, k in zip(new.tolist(), lengths, strict=True)]
+        decoded = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        return [Completion(t, f, ids) for t, f, ids in zip(decoded, finished.tolist(), rows, strict=True)]
 
     def _shared_prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, n: int, max_new_tokens: int):
         """Prefill each prompt once for its n samples: all but the last prompt token go through the

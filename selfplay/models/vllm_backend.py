@@ -20,7 +20,8 @@ A thin translation layer:
   every version gets a new name and id and is loaded anew. Before any adapter is saved the fresh
   adapter is a no-op, and requests go out without LoRA. `adapter=False` / `adapter_disabled()` send
   no LoRA request: π_0.
-- Sampling and greedy return `Completion`s, unfinished where vLLM's `finish_reason` is "length".
+- Sampling and greedy return `Completion`s, unfinished where vLLM's `finish_reason` is "length",
+  with vLLM's sampled `token_ids` (the end token it stopped on included, as the HF backend does).
   `SamplingParams(n, temperature, max_tokens, seed)` with top-k/top-p left off. vLLM seeds
   sample j of a request `seed + j`, so prompt i is sent with seed `seed + i * n`: sample (i, j) draws
   with seed `seed + i * n + j`, distinct for every pair, and repeated prompts get distinct samples.
@@ -61,8 +62,10 @@ def _has_field(cls, name: str) -> bool:
 
 
 def _completion(output) -> Completion:
-    # vLLM's finish_reason: "stop" on an end token or stop string, "length" at max_tokens
-    return Completion(output.text, finished=output.finish_reason == "stop")
+    # vLLM's finish_reason: "stop" on an end token or stop string, "length" at max_tokens. Its
+    # token_ids keep the end token a request stopped on (the detokenizer leaves it out of the text
+    # only); no stop strings are sent, so "stop" always means an end token.
+    return Completion(output.text, finished=output.finish_reason == "stop", token_ids=output.token_ids)
 
 
 def lora_rank(r: int) -> int:

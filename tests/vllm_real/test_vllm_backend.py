@@ -83,9 +83,12 @@ def test_adapter_on_and_off_differ_and_each_matches_its_hf_side(vb, prompts, clo
 
 
 def test_greedy_text_matches_hf(vb, prompts):
+    """Same text and the same sampled ids, the end token included where an answer finished."""
     for adapter in (True, False):
-        assert vb.greedy(prompts, max_new_tokens=24, adapter=adapter) == \
-            vb.trainable.greedy(prompts, max_new_tokens=24, adapter=adapter)
+        ours = vb.greedy(prompts, max_new_tokens=24, adapter=adapter)
+        hf = vb.trainable.greedy(prompts, max_new_tokens=24, adapter=adapter)
+        assert ours == hf
+        assert [(c.finished, c.token_ids) for c in ours] == [(c.finished, c.token_ids) for c in hf]
 
 
 def test_samples_are_distinct_per_prompt_and_sample(vb, prompts):
