@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -380,6 +381,8 @@ def test_sample_marks_completions_cut_at_the_token_budget(monkeypatch):
     assert [is_truncated(c) for c in out] == [False, False, True]
     assert out[1] == b.tokenizer.decode([word, word]) and not is_truncated("plain text")
     assert [c.token_ids for c in out] == [(word, eos), (word, word, eos), (word, word, word)]
+    back = pickle.loads(pickle.dumps(out))  # multiprocessing keeps both fields
+    assert [(c, c.finished, c.token_ids) for c in back] == [(c, c.finished, c.token_ids) for c in out]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
