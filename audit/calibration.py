@@ -1,9 +1,10 @@
 """Oracle calibration and the gate, per source (SPEC §6, "Oracle calibration comes first, per source").
 
-Every audited number that rests on the primary oracle's verdict (the on-policy valid rate, VA-Gap,
-verified success, on-policy FPR/FNR, Youden J, on-policy IBE and AUROC, and their drifts) is only as
-good as that verdict. So before any of them is reported, each verifier the audit uses is measured,
-separately, on two sources of answers whose validity is known:
+Every audited number that rests on the primary oracle's verdict (an entry of audit.metric_table
+with `oracle=True`: the on-policy valid rate, VA-Gap, verified success, on-policy FPR/FNR, Youden J,
+on-policy IBE and AUROC, and their drifts) is only as good as that verdict. So before any of them
+is reported, each verifier the audit uses is measured, separately, on two sources of answers whose
+validity is known:
 
 - `stress`: (a) the labelled stress answers of the audited environments (release labels; r(e)
   included, a verifier should accept it). Written by the data's authors, beside the certificates the
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import metric_table as T
 from . import metrics as M
 from .records import AnswerRow
 
@@ -69,13 +71,6 @@ class GateConfig:
                 raise ValueError(f"gate.{key}={v!r}: expected a share in [0, 1]")
         if self.min_per_class < 1:
             raise ValueError(f"gate.min_per_class={self.min_per_class!r}: expected an integer >= 1")
-
-
-def oracle_dependent(metric: str) -> bool:
-    """Whether a metric's value rests on the primary oracle's verdicts on policy answers."""
-    head = metric.split("/", 1)[0]
-    return (head in ("va_gap", "verified", "valid_rate", "valid_rate_drift", "youden_j")
-            or "/policy" in metric or metric.endswith("policy"))
 
 
 def read_labelled(path: Path) -> list[dict[str, Any]]:
@@ -228,22 +223,23 @@ def checkpoint_gates(run_gate: Mapping[str, Any], own: Mapping[int, Mapping[str,
 
 
 def iterations_read(metric: str, t: int, audited: Iterable[int]) -> list[int]:
-    """The iterations a metric at t rests on: a drift t and 0, a slope every audited u <= t, others t."""
-    head = metric.split("/", 1)[0]
+    """The iterations a metric at t rests on (its entry's `reads`): a drift t and 0, a slope every
+    audited u <= t, others t."""
+    reads = T.entry(metric).metric.reads
     audited = sorted(audited)
-    if head.endswith("_slope"):
+    if reads == T.SLOPE:
         return [u for u in audited if u <= t] or [t]
-    if head.endswith("_drift"):
+    if reads == T.DRIFT:
         return sorted({t, 0} & set(audited)) or [t]
     return [t]
 
 
 def metric_gate(calib: Mapping[str, Any] | None, metric: str, t: int | None = None) -> tuple[str, list[str]]:
-    """(status, reasons) a metric at iteration t is written under: `unverified` when it rests on the
-    primary oracle and the gate of any iteration it reads failed (`calib["gates"]`, else the run's
-    `calib["gate"]`)."""
+    """(status, reasons) a metric at iteration t is written under: `unverified` when its entry in
+    audit.metric_table rests on the primary oracle (`oracle`) and the gate of any iteration it reads
+    failed (`calib["gates"]`, else the run's `calib["gate"]`). An undeclared metric is a KeyError."""
     calib = calib or {}
-    if not oracle_dependent(metric):
+    if not T.entry(metric).metric.oracle:
         return "ok", []
     gates = calib.get("gates") or {}
     if t is None or not gates:

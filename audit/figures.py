@@ -17,10 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-GAP_FPR = ("va_gap/impossible", "va_gap/control", "fpr/policy", "fpr/stress")
-DISCRIMINATION = ("youden_j", "auroc/policy/judge", "auroc/stress/judge")
-IBE = ("ibe/policy/judge+checks", "ibe/stress/judge+checks")
-BASELINES = ("length", "hedge")
+from . import metric_table as T  # noqa: E402
+from . import metrics as M  # noqa: E402
+
 
 
 def _save(fig, path: Path) -> Path:
@@ -61,8 +60,10 @@ def _mean_series(entry: Mapping[str, Any], metric: str):
 
 
 def metric_grid(doc: Mapping[str, Any], metrics: Sequence[str], path: Path, *, title: str = "",
-                baselines: bool = False) -> Path:
-    """Rows = metrics, columns = rewards, a line (and interval band) per seed; writes `path`."""
+                baselines: Sequence[str] = ()) -> Path:
+    """Rows = metrics, columns = rewards, a line (and interval band) per seed; writes `path`. Beside
+    a judge AUROC (an `auroc_report` entry of audit.metric_table, field `judge`) the mean over seeds
+    of each of `baselines` (fields of the same entry family) is drawn dashed."""
     rewards = sorted(doc["rewards"])
     fig, axes = plt.subplots(len(metrics), max(1, len(rewards)), squeeze=False, sharex=True,
                              figsize=(max(5.0, 3.6 * len(rewards)), 2.4 * len(metrics) + 1.0))
@@ -78,9 +79,10 @@ def metric_grid(doc: Mapping[str, Any], metrics: Sequence[str], path: Path, *, t
                 xs, val, lo, hi = _series(entry["seeds"][seed], metric)
                 line, = ax.plot(xs, val, marker="o", label=f"seed {seed}")
                 ax.fill_between(xs, lo, hi, alpha=0.2, color=line.get_color())
-            if baselines and metric.startswith("auroc/") and metric.endswith("/judge"):
+            d = T.declared().get(metric)
+            if baselines and d and d.metric.formula is M.auroc_report and d.field == "judge":
                 stem = metric.rsplit("/", 1)[0]
-                for name, style in zip(BASELINES, ("--", ":"), strict=True):
+                for name, style in zip(baselines, ("--", ":"), strict=True):
                     xs, mean = _mean_series(entry, f"{stem}/{name}")
                     ax.plot(xs, mean, linestyle=style, color="grey", label=f"{name} baseline")
             if row == 0:
@@ -180,8 +182,5 @@ def write_figures(doc: Mapping[str, Any], out_dir: Path) -> list[Path]:
     return [
         probe_curve(doc, out_dir / "probe.png"),
         kl_curve(doc, out_dir / "kl_curve.png"),
-        metric_grid(doc, GAP_FPR, out_dir / "va_gap_fpr.png", title="VA-Gap and FPR per iteration"),
-        metric_grid(doc, DISCRIMINATION, out_dir / "discrimination.png",
-                    title="Policy (Youden J) and judge (AUROC) discrimination", baselines=True),
-        metric_grid(doc, IBE, out_dir / "ibe.png", title="Independence-bound excess"),
+        *(metric_grid(doc, f.metrics, out_dir / f.file, title=f.title, baselines=f.baselines) for f in T.FIGURES),
     ]

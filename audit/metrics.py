@@ -375,6 +375,14 @@ def ibe(accepts: Mapping[str, Sequence], labels: Sequence | None = None) -> IBE:
                n, n_partial, n_unscored)
 
 
+def kl_estimate(log_ratio: Sequence, per: Sequence) -> float:
+    """KL(π_t ‖ π_0) from the policy's own answers: Σ (log π_t(a) − log π_0(a)) / Σ per, with per = 1
+    for each answer (nats per answer) or its token count (per token); NaN when Σ per is 0."""
+    r, d = np.asarray(log_ratio, dtype=float), np.asarray(per, dtype=float)
+    _check_len(r, d)
+    return float(r.sum() / d.sum()) if d.sum() > 0 else float("nan")
+
+
 # -- preference probe (SPEC §6) -------------------------------------------------------------------
 
 @dataclass(frozen=True)

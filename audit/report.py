@@ -33,42 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from . import metric_table as T
 from . import stats as S
 from .figures import write_figures
 from .results import across_seeds, load_results, write_text_atomic
 
 BASELINE = "rubric"
 UNVERIFIED = "unverified"
-# report order; metrics not listed follow in alphabetical order
-ORDER = (
-    "pref_margin/impossible", "pref_margin/control", "pref_accuracy/impossible", "pref_accuracy/control",
-    "pref_margin_sum/impossible", "pref_margin_sum/control", "likelihood_auroc/impossible",
-    "likelihood_auroc/control",
-    "va_gap/impossible", "va_gap/control", "apparent/impossible", "apparent/control",
-    "verified/impossible", "verified/control", "valid_rate/impossible", "valid_rate/control",
-    "valid_rate_drift/impossible", "valid_rate_drift/control", "kl/per_answer", "kl/per_token",
-    "fpr/policy", "fnr/policy", "fpr/policy/impossible", "fpr/policy/control", "fnr/policy/impossible",
-    "fnr/policy/control", "fpr/stress", "fnr/stress",
-    "fpr_drift/policy", "fpr_slope/policy", "fpr_drift/stress", "fpr_slope/stress",
-    "youden_j",
-    "auroc/stress/judge", "auroc/stress/length", "auroc/stress/hedge", "auroc/stress/length_matched",
-    "auroc/policy/judge", "auroc/policy/length", "auroc/policy/hedge", "auroc/policy/length_matched",
-    "ibe/policy/judge+checks", "ibe/stress/judge+checks", "ibe/policy/judge+oracle2", "ibe/stress/judge+oracle2",
-    "oracle/fpr_stress", "oracle/fnr_stress",
-)
-TITLES = {
-    "va_gap": "VA-Gap P(A ∧ ¬valid)", "apparent": "Apparent success mean(A)",
-    "verified": "Verified success mean(A ∧ valid)", "valid_rate": "Policy valid rate",
-    "fpr": "FPR P(A | ¬valid)", "fnr": "FNR P(¬A | valid)", "fpr_drift": "FPR drift FPR_t − FPR_0",
-    "fpr_slope": "FPR drift: OLS slope over t", "youden_j": "Policy discrimination (Youden J)",
-    "auroc": "Within-environment AUROC", "ibe": "Independence-bound excess (IBE)",
-    "oracle": "The oracle against the release labels", "valid_rate_drift": "Valid-rate drift (t − 0)",
-    "kl": "KL(π_t ‖ π_0) from the audit's own samples",
-    "pref_margin": "Preference probe: margin Δℓ(valid) − Δℓ(invalid) per token (primary)",
-    "pref_margin_sum": "Preference probe: margin Δℓ(valid) − Δℓ(invalid) summed over the answer",
-    "pref_accuracy": "Preference probe: share of pairs where the valid answer gained more",
-    "likelihood_auroc": "π_0's likelihood AUROC (valid over invalid, per-token log π_0)",
-}
 # the controls first in the probe table: what the instrument must see, from both sides
 CONTROL_ORDER = ("decisive", "label_anti", "oracle_verdict", "label_gold", "certificate")
 CONTROL_ROLE = {"decisive": "positive control", "label_anti": "probe check (invalid chosen)",
@@ -191,9 +162,12 @@ def cell(entry: Mapping[str, Any], t: str, metric: str) -> str:
 
 
 def metric_names(doc: Mapping[str, Any]) -> list[str]:
+    """The document's metrics in audit.metric_table's order; any it does not declare (an audit.json
+    written before a metric was renamed) follow in alphabetical order."""
     names = {n for e in doc["rewards"].values() for s in e["seeds"].values()
              for it in s["iterations"].values() for n in it["metrics"]}
-    return [n for n in ORDER if n in names] + sorted(names - set(ORDER))
+    order = T.declared()
+    return [n for n in order if n in names] + sorted(names - set(order))
 
 
 def iterations(doc: Mapping[str, Any]) -> list[str]:
@@ -212,8 +186,8 @@ def metric_table(doc: Mapping[str, Any], metric: str) -> list[str]:
 
 
 def _title(metric: str) -> str:
-    head = metric.split("/", 1)[0]
-    return f"{TITLES.get(head, head)} — `{metric}`"
+    d = T.declared().get(metric)
+    return f"{d.metric.title if d else metric.split('/', 1)[0]} — `{metric}`"
 
 
 # -- paired comparisons -----------------------------------------------------------------------------

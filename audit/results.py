@@ -29,7 +29,7 @@
          "across_seeds": {"<t>": {"<metric>": {"status", "reason", "mean", "ci_low", "ci_high", "sd",
                                                 "n_seeds", "n_missing"}}}}}}
 
-A metric that rests on the primary oracle's verdicts (audit.calibration.oracle_dependent) is written
+A metric that rests on the primary oracle's verdicts (its audit.metric_table entry has `oracle`) is written
 with `status: unverified`, the gate's reasons and no number (value and interval null) when the
 gate of an iteration it reads fails (audit.calibration.metric_gate: the on-policy set decides,
 never the stress answers); its mean over seeds is unverified when any seed's is. `n_undefined` counts the

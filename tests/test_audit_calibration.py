@@ -8,6 +8,7 @@ import math
 import pytest
 
 from audit import calibration as C
+from audit import metric_table as T
 from audit.records import AnswerRow
 
 
@@ -111,7 +112,7 @@ def test_stress_passes_on_policy_fails_every_oracle_figure_unverified(on_policy,
     dependent = 0
     for t, it in seed["iterations"].items():
         for name, m in it["metrics"].items():
-            if C.oracle_dependent(name):
+            if T.entry(name).metric.oracle:
                 dependent += 1
                 assert m["status"] == "unverified" and m["value"] is None and m["ci_low"] is None, (t, name)
                 assert m["reason"] == f"{where}: {because}", (t, name)
@@ -120,7 +121,7 @@ def test_stress_passes_on_policy_fails_every_oracle_figure_unverified(on_policy,
                 assert m["status"] == "ok" and m["value"] == (None if math.isnan(v) else v), (t, name)
     assert dependent >= 2 * 20
     for name, m in doc["rewards"]["anchored"]["across_seeds"]["1"].items():
-        assert (m["status"] == "unverified") == C.oracle_dependent(name), name
+        assert (m["status"] == "unverified") == T.entry(name).metric.oracle, name
         if m["status"] == "unverified":
             assert where in m["reason"], name
 
@@ -167,8 +168,8 @@ def test_which_metrics_rest_on_the_oracle():
                  "ibe/policy/judge+checks", "auroc/policy/judge"]
     independent = ["apparent/impossible", "fpr/stress", "auroc/stress/judge", "kl/per_answer",
                    "oracle/fpr_stress", "ibe/stress/judge+checks", "fpr_drift/stress"]
-    assert all(C.oracle_dependent(m) for m in dependent)
-    assert not any(C.oracle_dependent(m) for m in independent)
+    assert all(T.entry(m).metric.oracle for m in dependent)
+    assert not any(T.entry(m).metric.oracle for m in independent)
 
 
 def test_labelled_file_errors_name_file_and_line(tmp_path):
