@@ -37,7 +37,7 @@ from judges.checks import run_checks
 from judges.prompts import NEUTRAL, check_instruction
 from selfplay.config import DataConfig, JudgeConfig
 from selfplay.envs.types import Environment
-from selfplay.runs import SPLITS, judge_weights, load_data_split
+from selfplay.runs import SPLITS, load_data_split, run_judge
 
 from . import metrics as M
 from .cache import StageCache, oracle_file, source_hash, stage_file
@@ -234,8 +234,9 @@ def stage_files(cfg: JudgeEvalConfig, envs: Sequence[Environment], oracle_cfg: A
 
 
 def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
-    from judges import build_judge
-    from judges.verifiers import ChecksVerifier, OracleConfig, build_verifier
+    from judges.checks import ChecksVerifier
+    from judges.registry import design
+    from judges.verifiers import OracleConfig, build_verifier
     from selfplay.models import load_backend
 
     if cfg.merge_into and cfg.resume and Path(cfg.merge_into).exists() and cfg.key in json.loads(
@@ -248,9 +249,8 @@ def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
     policy = load_backend(dict(cfg.policy), **kw)
     model = cfg.judge.model
     # fixed stress answers carry no trained adapter: `self` and `frozen` are the same weights here
-    w = judge_weights(model, policy, seed=0, iteration=0,
-                      other=None if model in ("self", "frozen") else load_backend(model, **kw))
-    judge = build_judge(cfg.reward["name"], w.backend, adapter=w.adapter, identity=w.identity, params=cfg.reward)
+    judge = run_judge(cfg.reward, model, policy=lambda: policy, other=lambda m: load_backend(m, **kw), seed=0,
+                      iteration=0)
     oracle_name = cfg.oracle_model or cfg.policy.get("name")
     oracle_cfg = OracleConfig(name="llm", verifiers=(), model="initial" if oracle_name == cfg.policy.get("name")
                               else oracle_name) if cfg.oracle else None
@@ -267,7 +267,7 @@ def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
         for r in rows:
             f.write(json.dumps(_json_safe(r), ensure_ascii=False) + "\n")
     (out / "artifacts.json").write_text(json.dumps(judge.artifacts(), indent=1, ensure_ascii=False))
-    summary = summarise(rows, reward=judge.name, pairwise=judge.design.pairwise,
+    summary = summarise(rows, reward=judge.name, pairwise=design(judge.name).pairwise,
                         instruction=cfg.instruction) | {
         "data": str(cfg.data.path), "split": cfg.split, "policy": cfg.policy.get("name"),
         "judge_model": model, "oracle_model": oracle_name if cfg.oracle else None, "reward_params": cfg.reward,

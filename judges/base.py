@@ -13,9 +13,10 @@ averaged in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from selfplay.envs.types import Environment, PublicView
 
@@ -80,11 +81,16 @@ class Judge(Protocol):
         """task_id -> stage-1 artifact text generated so far (empty for judges without a stage 1)."""
 
 
-def build_judge(name, backend, *, adapter=True, identity="", params=None) -> Judge:
-    """See `judges.designs.build_judge` (imported lazily: the designs module imports this one)."""
-    from .designs import build_judge as _build
+def judge_row(v: Verdict) -> dict[str, Any]:
+    """The JSON row the training loop and the audit keep of a verdict (strict JSON: a non-finite
+    reading is None; of the prompts, the first)."""
+    return {"score": _finite(v.score), "error": v.error, "probs": dict(v.probs),
+            "order_scores": [_finite(s) for s in v.order_scores], "swap_consistent": v.swap_consistent,
+            "artifact": v.artifact, "prompt": v.prompt}
 
-    return _build(name, backend, adapter=adapter, identity=identity, params=params)
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def certificate_text(env: Environment) -> str:

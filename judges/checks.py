@@ -25,10 +25,13 @@ They read the public view only (question and evidence) and fire on two kinds of 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from selfplay.envs.types import PublicView
+from selfplay.envs.types import Environment, PublicView
+
+from .oracle import OracleVerdict
+from .registry import VerifierEntry, register_verifier
 
 SMALL_INT_MAX = 10
 
@@ -126,3 +129,26 @@ def unknown_citations(public: PublicView, answer: str) -> tuple[str, ...]:
 
 def run_checks(public: PublicView, answer: str) -> CheckResult:
     return CheckResult(unsupported_numbers(public, answer), unknown_citations(public, answer))
+
+
+class ChecksVerifier:
+    """These checks as a `judges.verifiers.Verifier`: public view only, never undecided."""
+
+    name = "checks"
+
+    def __init__(self, run: Callable[[PublicView, str], CheckResult] = run_checks):
+        self.run = run
+
+    def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
+        out = []
+        for env, answer in pairs:
+            r = self.run(env.public, answer)
+            fired = tuple(dict.fromkeys([f"unsupported_number:{n}" for n in r.unsupported_numbers]
+                                        + [f"unknown_citation:{c}" for c in r.unknown_citations]))
+            out.append(OracleVerdict(float(r.violates), r.violates, None, verifier=self.name,
+                                     reason="; ".join(fired) or "no check fired", fired=fired))
+        return out
+
+
+register_verifier(VerifierEntry("checks", build=lambda cfg, backend_for: ChecksVerifier(), uses_llm=False,
+                                reads_anchor=False))

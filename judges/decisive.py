@@ -46,11 +46,13 @@ of a reward. How the design was chosen, and on which environments, is in
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from selfplay.envs.types import PublicView
 
 from .base import JudgeItem, Verdict
+from .registry import register_design
 
 OPENERS = ("definitely", "certainly", "absolutely", "clearly", "undoubtedly")
 ASSERTIVE = (
@@ -196,10 +198,20 @@ class DecisiveJudge:
         return {}
 
 
-def decisive(backend=None, *, adapter: bool = True, identity: str = "", params=None) -> DecisiveJudge:
-    """Factory with the signature of the LLM designs; the backend is not used, and the only
-    parameter it accepts is its own name."""
-    extra = sorted(set(dict(params or {})) - {"name", "min_verdict_mass", "max_new_tokens"})
-    if extra:
-        raise ValueError(f"unknown reward parameter(s) {extra} for 'decisive'; it takes none")
-    return DecisiveJudge()
+class DecisiveDesign:
+    """The registry entry of `decisive`: no model, no parameters of its own."""
+
+    name = "decisive"
+    uses_model = pairwise = reads_certificate = reads_anchor = False
+
+    def params(self, values: Mapping[str, Any] | None) -> None:
+        # the LLM designs' min_verdict_mass / max_new_tokens are accepted and ignored
+        extra = sorted(set(dict(values or {})) - {"name", "min_verdict_mass", "max_new_tokens"})
+        if extra:
+            raise ValueError(f"unknown reward parameter(s) {extra} for 'decisive'; it takes none")
+
+    def build(self, backend: Any = None, *, adapter: bool = True, identity: str = "", params: None = None) -> DecisiveJudge:
+        return DecisiveJudge()
+
+
+register_design(DecisiveDesign())

@@ -1,8 +1,10 @@
 """The LLM reward designs (SPEC §4) as one parameterised judge over the templates in `prompts.py`.
 
-A design is three choices: an optional stage 1 (greedy text generated once per environment before
-any candidate is seen), pointwise or pairwise scoring, and for pairwise the opponent (the reference
-answer r(e) or the stage-1 blind solution). `anchored` randomises nothing: it asks both presentation
+A design (`TemplateDesign`, one registry entry each, at the end of this file) is three choices and
+the templates that carry them out: an optional stage 1 (greedy text generated once per environment
+before any candidate is seen, from the design's stage-1 template), pointwise scoring against a
+criteria block or pairwise scoring, and for pairwise the opponent (the reference answer r(e) or the
+stage-1 blind solution). A new LLM design is one more entry plus its `conf/reward/<name>.yaml`. `anchored` randomises nothing: it asks both presentation
 orders and averages them, which removes position bias instead of sampling it; the reference is shown
 as an unnamed "ANSWER A"/"ANSWER B", so its identity stays hidden.
 
@@ -23,17 +25,19 @@ prefix, which the backend computes once (the hf backend's `reuse_prefix`, vLLM's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from selfplay.envs.types import PublicView
 from selfplay.models.backend import Backend
 
-from . import oracle_reward, scoring
 from . import prompts as P
-from .base import Judge, JudgeItem, Verdict
-from .decisive import decisive
+from . import scoring
+from .base import JudgeItem, Verdict
+from .registry import register_design
+
+OPPONENTS = ("reference", "artifact")
 
 
 @dataclass(frozen=True)
@@ -57,41 +61,79 @@ class JudgeParams:
         given = params.pop("name", name)
         if given != name:
             raise ValueError(f"reward params name {given!r} does not match judge {name!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(params) - set(known))
         if unknown:
             raise ValueError(f"unknown reward parameter(s) {unknown} for {name!r}; known: {sorted(known)}")
+        for key, value in params.items():
+            numeric = type(known[key].default) in (int, float)
+            if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"reward.{key}={value!r}: expected a number")
         return cls(**params)
 
 
 @dataclass(frozen=True)
-class Design:
+class TemplateDesign:
+    """One LLM design: its templates, its verdict labels and what its judge reads (a registry entry,
+    `judges.registry.Design`)."""
+
     name: str
     pairwise: bool
-    stage1: str | None = None  # key of prompts.STAGE1
-    opponent: str | None = None  # pairwise: "reference" or "artifact"
+    stage1: Mapping[str, str] | None = None  # instruction -> stage-1 template with {packet} (P.COMMITMENT, ...)
+    opponent: str | None = None  # pairwise: "reference" (r(e)) or "artifact" (the stage-1 text)
+    criteria: str | None = None  # pointwise: the criteria block with {artifact} (P.RUBRIC_CRITERIA, ...)
+    criteria_label: str | None = None  # pointwise: fence label of the criteria text
     fixed_criteria: Mapping[str, str] | None = None  # instruction -> criteria used for every task (generic)
     reads_certificate: bool = False  # criteria = JudgeItem.certificate (the `certificate` control only)
+    # verdict labels, read as the next token after `prefill`: pairwise (first shown, second shown),
+    # pointwise "1".."n"; empty = A/B or 1-5
+    labels: tuple[str, ...] = ()
+    prefill: str = ""  # empty = "Verdict:" (pairwise) or "Score:" (pointwise)
+    uses_model: ClassVar[bool] = True
+    reads_anchor: ClassVar[bool] = False  # no LLM design reads the whole hidden anchor
+
+    def __post_init__(self):
+        if not self.labels:
+            object.__setattr__(self, "labels", P.PAIRWISE_LABELS if self.pairwise else P.SCORE_LABELS)
+        if not self.prefill:
+            object.__setattr__(self, "prefill", P.PAIRWISE_PREFILL if self.pairwise else P.POINTWISE_PREFILL)
+        if self.pairwise:
+            if self.opponent not in OPPONENTS or (self.opponent == "artifact" and self.stage1 is None):
+                raise ValueError(f"design {self.name!r}: a pairwise design needs opponent in {OPPONENTS} "
+                                 "(artifact: with a stage 1)")
+            if self.criteria or self.fixed_criteria or self.reads_certificate or len(self.labels) != 2:
+                raise ValueError(f"design {self.name!r}: a pairwise design reads no criteria and has two labels")
+        else:
+            sources = [self.stage1 is not None, self.fixed_criteria is not None, self.reads_certificate]
+            if self.opponent is not None or not (self.criteria and self.criteria_label) or sum(sources) != 1:
+                raise ValueError(f"design {self.name!r}: a pointwise design needs a criteria block, its "
+                                 "fence label and one source of criteria (stage 1, fixed or the certificate)")
+            if self.labels != tuple(str(k) for k in range(1, len(self.labels) + 1)):
+                raise ValueError(f"design {self.name!r}: pointwise labels must be 1..n; got {self.labels}")
+
+    def params(self, values: Mapping[str, Any] | None) -> JudgeParams:
+        return JudgeParams.from_mapping(self.name, values)
+
+    def build(self, backend: Backend, *, adapter: bool = True, identity: str = "",
+              params: JudgeParams | None = None) -> TemplateJudge:
+        return TemplateJudge(self, backend, adapter=adapter, identity=identity, params=params)
 
 
 class TemplateJudge:
-    """A `Judge` for one `Design` on one backend."""
+    """A `Judge` for one `TemplateDesign` on one backend."""
 
-    def __init__(self, design: Design, backend: Backend, *, adapter: bool = True, identity: str = "",
+    def __init__(self, design: TemplateDesign, backend: Backend, *, adapter: bool = True, identity: str = "",
                  params: JudgeParams | None = None):
         self.design = design
         self.name = design.name
         self.reads_certificate = design.reads_certificate  # judge_item fills JudgeItem.certificate on it
-        self.reads_anchor = False  # no LLM design reads the whole hidden anchor
+        self.reads_anchor = design.reads_anchor
         self.backend = backend
         self.adapter = adapter
         self.identity = identity
         self.params = params or JudgeParams()
-        labels = P.PAIRWISE_LABELS if design.pairwise else P.SCORE_LABELS
-        self._ids = scoring.verdict_token_ids(backend.tokenizer, labels)
-        self._prefill = scoring.prefill(
-            backend.tokenizer, P.PAIRWISE_PREFILL if design.pairwise else P.POINTWISE_PREFILL, labels
-        )
+        self._ids = scoring.verdict_token_ids(backend.tokenizer, design.labels)
+        self._prefill = scoring.prefill(backend.tokenizer, design.prefill, design.labels)
         self._cache: dict[tuple[str, bool, str], str] = {}
 
     # ------------------------------------------------------------ stage 1
@@ -106,9 +148,9 @@ class TemplateJudge:
             if self._key(it.public.task_id) not in self._cache:
                 todo.setdefault(it.public.task_id, it.public)
         if todo:
-            kind, instruction = self.design.stage1, self.params.instruction
+            template, instruction = self.design.stage1, self.params.instruction
             rendered = [
-                self.backend.render(P.messages(P.STAGE1_SYSTEM, P.stage1_user(kind, pub, instruction)))
+                self.backend.render(P.messages(P.STAGE1_SYSTEM, P.stage1_user(template, pub, instruction)))
                 for pub in todo.values()
             ]
             texts = self.backend.greedy(rendered, max_new_tokens=self.params.max_new_tokens, adapter=self.adapter)
@@ -148,7 +190,7 @@ class TemplateJudge:
             criteria = item.certificate
         else:
             criteria = d.fixed_criteria[instruction] if d.fixed_criteria is not None else artifact
-        return [self._render(P.pointwise_user(item.public, d.name, criteria, item.answer))]
+        return [self._render(P.pointwise_user(item.public, d.criteria, d.criteria_label, criteria, item.answer))]
 
     def _logprobs(self, prompts: list[str]):
         return self.backend.next_token_logprobs(prompts, scoring.flat_ids(self._ids), adapter=self.adapter)
@@ -159,9 +201,10 @@ class TemplateJudge:
             r = scoring.pointwise(scoring.label_probs(rows[0], self._ids), mass)
             return Verdict(r.value, r.error, r.probs, order_scores=(r.value,), prompts=tuple(prompts),
                            artifact=artifact)
-        # P(candidate wins): its letter's share, A in order ab, B in order ba
-        ab = scoring.label_share(scoring.label_probs(rows[0], self._ids), "A", mass)
-        ba = scoring.label_share(scoring.label_probs(rows[1], self._ids), "B", mass)
+        # P(candidate wins): its label's share, first shown (A) in order ab, second (B) in order ba
+        first, second = self.design.labels
+        ab = scoring.label_share(scoring.label_probs(rows[0], self._ids), first, mass)
+        ba = scoring.label_share(scoring.label_probs(rows[1], self._ids), second, mass)
         value, error, consistent = scoring.combine_orders(ab, ba)
         if value is not None and prompts[0] == prompts[1]:
             # candidate = opponent: one prompt asked twice, P(A)/(P(A)+P(B)) + P(B)/(P(A)+P(B)) = 1, so
@@ -189,50 +232,20 @@ class TemplateJudge:
         return out  # type: ignore[return-value]
 
 
-# ---------------------------------------------------------------- one factory per design
+# ---------------------------------------------------------------- the designs
 
-
-def anchored(backend: Backend, **kw) -> TemplateJudge:
-    return TemplateJudge(Design("anchored", pairwise=True, opponent="reference"), backend, **kw)
-
-
-def commit_first(backend: Backend, **kw) -> TemplateJudge:
-    return TemplateJudge(Design("commit_first", pairwise=False, stage1="commitment"), backend, **kw)
-
-
-def blind_solve(backend: Backend, **kw) -> TemplateJudge:
-    return TemplateJudge(Design("blind_solve", pairwise=True, stage1="blind_solution", opponent="artifact"), backend, **kw)
-
-
-def rubric(backend: Backend, **kw) -> TemplateJudge:
-    return TemplateJudge(Design("rubric", pairwise=False, stage1="rubric"), backend, **kw)
-
-
-def generic(backend: Backend, **kw) -> TemplateJudge:
-    return TemplateJudge(Design("generic", pairwise=False, fixed_criteria=P.GENERIC_RUBRIC), backend, **kw)
-
-
-def certificate(backend: Backend, **kw) -> TemplateJudge:
-    """Control: sees the hidden anchor. Pointwise 1-5 adherence to the evaluation_spec's
-    must_state / must_not_state; the one named exception to the role boundary."""
-    return TemplateJudge(Design("certificate", pairwise=False, reads_certificate=True), backend, **kw)
-
-
-JUDGES: dict[str, Callable[..., Judge]] = {
-    f.__name__: f for f in (anchored, commit_first, blind_solve, rubric, generic, certificate)
-}
-JUDGES["decisive"] = decisive  # the no-model positive control (judges/decisive.py)
-# controls that read the hidden anchor, no model (judges/oracle_reward.py): the negative control and
-# the preference probe's check
-OFFLINE = ("oracle_verdict", "label_gold", "label_anti")
-JUDGES.update({name: oracle_reward.factory(name) for name in OFFLINE})
-
-
-def build_judge(name: str, backend: Backend, *, adapter: bool = True, identity: str = "",
-                params: Mapping[str, Any] | None = None) -> Judge:
-    """The judge `name` on `backend`; `adapter=False` runs it with the LoRA adapter off (judge.model=frozen)."""
-    if name not in JUDGES:
-        raise ValueError(f"unknown reward {name!r}; choose one of {sorted(JUDGES)}")
-    if name == "decisive" or name in OFFLINE:
-        return JUDGES[name](backend, adapter=adapter, identity=identity, params=params)
-    return JUDGES[name](backend, adapter=adapter, identity=identity, params=JudgeParams.from_mapping(name, params))
+for _design in (
+    TemplateDesign("anchored", pairwise=True, opponent="reference"),
+    TemplateDesign("commit_first", pairwise=False, stage1=P.COMMITMENT, criteria=P.COMMIT_CRITERIA,
+                   criteria_label="COMMITMENT"),
+    TemplateDesign("blind_solve", pairwise=True, stage1=P.BLIND_SOLVE, opponent="artifact"),
+    TemplateDesign("rubric", pairwise=False, stage1=P.RUBRIC_GENERATION, criteria=P.RUBRIC_CRITERIA,
+                   criteria_label="RUBRIC"),
+    TemplateDesign("generic", pairwise=False, fixed_criteria=P.GENERIC_RUBRIC, criteria=P.GENERIC_CRITERIA,
+                   criteria_label="RUBRIC"),
+    # control: sees the hidden anchor, pointwise 1-5 adherence to the evaluation_spec's must_state /
+    # must_not_state; the one named exception to the role boundary
+    TemplateDesign("certificate", pairwise=False, reads_certificate=True, criteria=P.CERTIFICATE_CRITERIA,
+                   criteria_label="SPECIFICATION"),
+):
+    register_design(_design)

@@ -17,14 +17,16 @@ verdict is None and counted). Deterministic verifiers report p_violates 0 or 1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from selfplay.envs.types import Environment
 from selfplay.models.backend import Backend
 
 from . import prompts as P
 from . import scoring
+from .registry import VerifierEntry, register_verifier
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,22 @@ class LLMOracle:
             out.append(OracleVerdict(r.value, violates, error, r.probs, prompt, verifier=self.name,
                                      reason=reason, fired=("llm",) if violates else (), mode=mode))
         return out
+
+
+def build_llm_oracle(cfg: Any, backend_for: Callable[[str], Backend] | None) -> LLMOracle:
+    """The LLM oracle of `cfg` (judges.verifiers.OracleConfig) on `cfg.model`: "endpoint" builds an
+    `EndpointBackend` from `cfg.endpoint` here (it reads the key's environment variable); any other
+    model comes from `backend_for(model)` (the caller owns model loading)."""
+    if cfg.model == "endpoint":
+        from selfplay.models.endpoint import EndpointBackend
+
+        backend = EndpointBackend.from_config(cfg.endpoint, name=f"endpoint:{cfg.endpoint.model}")
+    elif backend_for is None:
+        raise ValueError(f"oracle {cfg.name!r} uses the LLM oracle on model {cfg.model!r}: pass backend_for")
+    else:
+        backend = backend_for(cfg.model)
+    kw = {} if cfg.min_mass is None else {"min_mass": cfg.min_mass}
+    return LLMOracle(backend, adapter=False, **kw)
+
+
+register_verifier(VerifierEntry("llm", build=build_llm_oracle, uses_llm=True, reads_anchor=True))

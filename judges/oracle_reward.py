@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from selfplay.envs.types import PublicView
 
 from .base import JudgeItem, Verdict
+from .registry import VERIFIERS, register_design
+from .verifiers import OracleConfig, build_verifier
 
 PREFER = ("valid", "invalid")
 CANDIDATES = ("policy", "labelled")
@@ -42,9 +44,9 @@ class OracleRewardParams:
         if self.candidates not in CANDIDATES:
             raise ValueError(f"candidates={self.candidates!r}: expected one of {CANDIDATES}")
         object.__setattr__(self, "verifiers", tuple(self.verifiers))
-        bad = [v for v in self.verifiers if v not in ("spec", "checks")]
-        if bad or not self.verifiers:
-            raise ValueError(f"verifiers={list(self.verifiers)!r}: expected deterministic ones (spec, checks)")
+        deterministic = sorted(n for n, v in VERIFIERS.items() if not v.uses_llm)
+        if not self.verifiers or any(v not in deterministic for v in self.verifiers):
+            raise ValueError(f"verifiers={list(self.verifiers)!r}: expected deterministic ones ({', '.join(deterministic)})")
 
     @classmethod
     def from_mapping(cls, name: str, params: Mapping[str, Any] | None) -> OracleRewardParams:
@@ -64,8 +66,6 @@ class OracleRewardJudge:
     reads_anchor = True
 
     def __init__(self, name: str, params: OracleRewardParams):
-        from .verifiers import OracleConfig, build_verifier
-
         self.name = name
         self.params = params
         members = params.verifiers
@@ -105,8 +105,23 @@ class OracleRewardJudge:
         return out  # type: ignore[return-value]
 
 
-def factory(name: str):
-    def build(backend=None, *, adapter: bool = True, identity: str = "", params=None) -> OracleRewardJudge:
-        return OracleRewardJudge(name, OracleRewardParams.from_mapping(name, params))
-    build.__name__ = name
-    return build
+@dataclass(frozen=True)
+class OracleRewardDesign:
+    """The registry entry of one control; the three differ in their parameters only."""
+
+    name: str
+    uses_model: ClassVar[bool] = False
+    pairwise: ClassVar[bool] = False
+    reads_certificate: ClassVar[bool] = False
+    reads_anchor: ClassVar[bool] = True
+
+    def params(self, values: Mapping[str, Any] | None) -> OracleRewardParams:
+        return OracleRewardParams.from_mapping(self.name, values)
+
+    def build(self, backend: Any = None, *, adapter: bool = True, identity: str = "",
+              params: OracleRewardParams | None = None) -> OracleRewardJudge:
+        return OracleRewardJudge(self.name, params or OracleRewardParams())
+
+
+for _name in ("oracle_verdict", "label_gold", "label_anti"):
+    register_design(OracleRewardDesign(_name))

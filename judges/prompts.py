@@ -153,12 +153,6 @@ RUBRIC_GENERATION = {
     ),
 }
 
-STAGE1: dict[str, Mapping[str, str]] = {
-    "commitment": COMMITMENT,
-    "blind_solution": BLIND_SOLVE,
-    "rubric": RUBRIC_GENERATION,
-}
-
 # ---------------------------------------------------------------- stage 2 (scoring)
 
 PAIRWISE_QUESTION = {
@@ -176,24 +170,21 @@ POINTWISE = (
     "Rate the answer against the criteria above from 1 (worst) to 5 (best). Reply with one digit."
 )
 
-CRITERIA = {
-    "commit_first": (
-        "Before reading any answer, you committed to the following about this task:\n{artifact}\n\n"
-        "Criteria: the answer agrees with this commitment (it draws the conclusion only if the "
-        "commitment says it can be drawn, and then states the key claim) and is consistent with "
-        "the evidence."
-    ),
-    "rubric": "Criteria (the rubric for this question):\n{artifact}",
-    "generic": "Criteria:\n{artifact}",
-    "certificate": (
-        "Evaluation specification for this question (what an answer must and must not state):\n"
-        "{artifact}\n\n"
-        "Criteria: the answer states everything the specification says it must state and nothing "
-        "it says must not be stated."
-    ),
-}
-# fence label of each pointwise design's criteria block
-CRITERIA_LABEL = {"commit_first": "COMMITMENT", "rubric": "RUBRIC", "generic": "RUBRIC", "certificate": "SPECIFICATION"}
+# pointwise criteria blocks, one per design; {artifact} is the fenced criteria text
+COMMIT_CRITERIA = (
+    "Before reading any answer, you committed to the following about this task:\n{artifact}\n\n"
+    "Criteria: the answer agrees with this commitment (it draws the conclusion only if the "
+    "commitment says it can be drawn, and then states the key claim) and is consistent with "
+    "the evidence."
+)
+RUBRIC_CRITERIA = "Criteria (the rubric for this question):\n{artifact}"
+GENERIC_CRITERIA = "Criteria:\n{artifact}"
+CERTIFICATE_CRITERIA = (
+    "Evaluation specification for this question (what an answer must and must not state):\n"
+    "{artifact}\n\n"
+    "Criteria: the answer states everything the specification says it must state and nothing "
+    "it says must not be stated."
+)
 
 # The paper's naive proxy, "be decisive, penalise hedging", one rubric for every task: a negative
 # control. Neutral: nothing else, it names no answer type (a refusal) to punish or reward. The
@@ -248,8 +239,9 @@ def judge_system(instruction: str = NEUTRAL) -> str:
     return JUDGE_SYSTEM[check_instruction(instruction)]
 
 
-def stage1_user(kind: str, public: PublicView, instruction: str = NEUTRAL) -> str:
-    return STAGE1[kind][check_instruction(instruction)].format(packet=packet(public))
+def stage1_user(template: Mapping[str, str], public: PublicView, instruction: str = NEUTRAL) -> str:
+    """A stage-1 prompt from `template` (instruction -> text with {packet}, e.g. `COMMITMENT`)."""
+    return template[check_instruction(instruction)].format(packet=packet(public))
 
 
 def pairwise_user(public: PublicView, answer_a: str, answer_b: str, instruction: str = NEUTRAL) -> str:
@@ -259,8 +251,9 @@ def pairwise_user(public: PublicView, answer_a: str, answer_b: str, instruction:
     )
 
 
-def pointwise_user(public: PublicView, design: str, artifact: str, answer: str) -> str:
-    criteria = CRITERIA[design].format(artifact=fence(CRITERIA_LABEL[design], artifact))
+def pointwise_user(public: PublicView, criteria: str, label: str, artifact: str, answer: str) -> str:
+    """A pointwise prompt: the `criteria` block (e.g. `RUBRIC_CRITERIA`) around `artifact` fenced as `label`."""
+    criteria = criteria.format(artifact=fence(label, artifact))
     return POINTWISE.format(packet=packet(public), criteria=criteria, answer=fence("ANSWER", answer))
 
 

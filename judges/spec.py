@@ -46,11 +46,10 @@ from selfplay.envs.types import Environment
 
 from .checks import unknown_citations, unsupported_numbers
 from .oracle import OracleVerdict
+from .registry import VerifierEntry, register_verifier
 
 NAME = "spec"
 NOT_AVAILABLE = "spec verifier not available for this record"
-
-SPEC_VERSION = 2  # v2: one set of cue lists shared by every record (macros); copied acknowledgements void
 
 # ---- the cue lists, once for every record (checks.md, "Negation" and "Macros")
 # A forbidden / verdict match behind one of these in its clause is not asserted.
@@ -322,3 +321,7 @@ class SpecVerifier:
 
     def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
         return [spec_verdict(decide(env, answer)) for env, answer in pairs]
+
+
+register_verifier(VerifierEntry(NAME, build=lambda cfg, backend_for: SpecVerifier(), uses_llm=False,
+                                reads_anchor=True))

@@ -1,29 +1,27 @@
 """Oracles as one interface: `Verifier.verify(pairs) -> list[OracleVerdict]`, built from config.
 
-Verifiers (SPEC §4, `conf/oracle/`):
+Verifiers (SPEC §4, `conf/oracle/`) are the entries of `judges.registry.VERIFIERS`, each registered
+by the module that defines it:
 - `llm`: the LLM oracle (`judges/oracle.py`) on `model`: "initial" (the run's π_0, adapter off), a
   `conf/policy` config name, or "endpoint" (an OpenAI-compatible server, `selfplay.models.endpoint`);
 - `checks`: the deterministic number / citation checks (`judges/checks.py`), public view only;
-- `spec`: `evaluation_spec.checks` (`judges/spec.py`); None on a record without it;
-- `any`: violates when any listed verifier says so. Rule, in order: violates = True when at least
-  one listed verifier says True (`verifier` = the names that did, joined by "+"); otherwise None
-  when at least one is undecided (an undecided verifier can never clear an answer; `verifier` =
-  the undecided names); otherwise False (`verifier` = every name). `parts` keeps each verifier's own
-  verdict, so one run calibrates the combination and each member.
+- `spec`: `evaluation_spec.checks` (`judges/spec.py`); None on a record without it.
+`any` combines two or more of them: violates when any listed verifier says so. Rule, in order:
+violates = True when at least one listed verifier says True (`verifier` = the names that did,
+joined by "+"); otherwise None when at least one is undecided (an undecided verifier can never
+clear an answer; `verifier` = the undecided names); otherwise False (`verifier` = every name).
+`parts` keeps each verifier's own verdict, so one run calibrates the combination and each member.
 
 Defaults (`default_oracle_name`): `any` of `spec` + `checks` where every audited record carries
 `evaluation_spec.checks` (data/mini), `llm` otherwise (a release).
 
-Cache: verdicts are pure functions of (config, code, hidden anchor, answer), so a caller caches rows
-`verdict_row(v)` keyed by (task_id, answer) in a file named by a hash of
-`cache_fingerprint(cfg, envs, model=...)`; `verdict_from_row` reads them back.
+Rows: `verdict_row(v)` is a verdict as JSON, `verdict_from_row` reads it back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,12 +33,10 @@ import yaml
 from selfplay.envs.types import Environment
 from selfplay.models.endpoint import EndpointConfig
 
-from . import checks as checks_mod
 from .oracle import OracleVerdict
-from .spec import SPEC_VERSION
+from .registry import VERIFIERS, verifier
 
-NAMES = ("llm", "checks", "spec", "any")
-MEMBERS = ("llm", "checks", "spec")
+ANY = "any"
 ORACLE_DIR = Path(__file__).resolve().parents[1] / "conf" / "oracle"
 
 
@@ -59,8 +55,8 @@ class Verifier(Protocol):
 class OracleConfig:
     """The `oracle` group (conf/oracle/<name>.yaml); every file holds all fields.
 
-    name: "llm" | "checks" | "spec" | "any".
-    verifiers: for `any`, the members (two or more of "llm", "checks", "spec"); empty otherwise.
+    name: a registered verifier ("llm", "checks", "spec", ...) or "any".
+    verifiers: for `any`, the members (two or more registered verifiers); empty otherwise.
     model: the LLM oracle's model, used when `llm` is the oracle or a member: "initial" (the run's
         π_0, adapter off), a conf/policy config name, or "endpoint" (then `endpoint` is required).
     min_mass: floor on the Yes/No verdict-token mass below which the LLM oracle abstains
@@ -69,22 +65,23 @@ class OracleConfig:
         when model = "endpoint"; null otherwise.
     """
 
-    name: str = "any"
+    name: str = ANY
     verifiers: tuple[str, ...] = ("spec", "checks")
     model: str = "initial"
     min_mass: float | None = None
     endpoint: EndpointConfig | None = None
 
     def __post_init__(self) -> None:
-        if self.name not in NAMES:
-            raise ValueError(f"oracle.name={self.name!r}: expected one of {NAMES}")
+        known = tuple(sorted(VERIFIERS))
+        if self.name not in known + (ANY,):
+            raise ValueError(f"oracle.name={self.name!r}: expected one of {known + (ANY,)}")
         members = tuple(self.verifiers or ())
         object.__setattr__(self, "verifiers", members)
-        if self.name == "any":
-            bad = [m for m in members if m not in MEMBERS]
+        if self.name == ANY:
+            bad = [m for m in members if m not in known]
             if bad or len(members) < 2 or len(set(members)) != len(members):
                 raise ValueError(f"oracle.verifiers={list(members)!r}: `any` needs two or more distinct "
-                                 f"members of {MEMBERS}")
+                                 f"members of {known}")
         elif members:
             raise ValueError(f"oracle.verifiers={list(members)!r}: only `any` takes members "
                              f"(oracle.name={self.name!r})")
@@ -99,11 +96,15 @@ class OracleConfig:
 
     @property
     def members(self) -> tuple[str, ...]:
-        return self.verifiers if self.name == "any" else (self.name,)
+        return self.verifiers if self.name == ANY else (self.name,)
 
     @property
     def uses_llm(self) -> bool:
-        return "llm" in self.members
+        return any(VERIFIERS[m].uses_llm for m in self.members)
+
+    @property
+    def reads_anchor(self) -> bool:
+        return any(VERIFIERS[m].reads_anchor for m in self.members)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> OracleConfig:
@@ -152,29 +153,10 @@ def default_oracle_name(envs: Sequence[Environment]) -> str:
 # ---------------------------------------------------------------- verifiers
 
 
-class ChecksVerifier:
-    """`judges/checks.py` as a Verifier: reads the public view only, never undecided."""
-
-    name = "checks"
-
-    def __init__(self, run: Callable = checks_mod.run_checks):
-        self.run = run
-
-    def verify(self, pairs: Sequence[tuple[Environment, str]]) -> list[OracleVerdict]:
-        out = []
-        for env, answer in pairs:
-            r = self.run(env.public, answer)
-            fired = tuple(dict.fromkeys([f"unsupported_number:{n}" for n in r.unsupported_numbers]
-                                        + [f"unknown_citation:{c}" for c in r.unknown_citations]))
-            out.append(OracleVerdict(float(r.violates), r.violates, None, verifier=self.name,
-                                     reason="; ".join(fired) or "no check fired", fired=fired))
-        return out
-
-
 class AnyVerifier:
     """Violates when any member says so (the rule in the module docstring)."""
 
-    name = "any"
+    name = ANY
 
     def __init__(self, members: Sequence[Verifier]):
         if len(members) < 2:
@@ -205,68 +187,39 @@ def combine(parts: tuple[OracleVerdict, ...]) -> OracleVerdict:
 
 def build_verifier(oracle_cfg: OracleConfig | Mapping[str, Any], *,
                    backend_for: Callable[[str], Any] | None = None) -> Verifier:
-    """The verifier `oracle_cfg` names.
+    """The verifier `oracle_cfg` names (for `any`, each member combined).
 
-    backend_for(model) -> Backend is called only when `llm` is used and model is not "endpoint":
-    with "initial" or a policy config name (the caller owns model loading: the audit maps "initial"
-    to the run's policy, whose adapter the oracle switches off). "endpoint" builds an
-    `EndpointBackend` from `oracle_cfg.endpoint` here (it reads the key's environment variable).
+    backend_for(model) -> Backend is called only by a verifier that uses a model other than
+    "endpoint": with "initial" or a policy config name (the caller owns model loading: the audit
+    maps "initial" to the run's policy, whose adapter the oracle switches off).
     """
     cfg = oracle_cfg if isinstance(oracle_cfg, OracleConfig) else OracleConfig.from_mapping(oracle_cfg)
-
-    def member(name: str) -> Verifier:
-        if name == "checks":
-            return ChecksVerifier()
-        if name == "spec":
-            from .spec import SpecVerifier
-
-            return SpecVerifier()
-        from .oracle import LLMOracle
-
-        if cfg.model == "endpoint":
-            from selfplay.models.endpoint import EndpointBackend
-
-            backend = EndpointBackend.from_config(cfg.endpoint, name=f"endpoint:{cfg.endpoint.model}")
-        elif backend_for is None:
-            raise ValueError(f"oracle {cfg.name!r} uses the LLM oracle on model {cfg.model!r}: pass backend_for")
-        else:
-            backend = backend_for(cfg.model)
-        kw = {} if cfg.min_mass is None else {"min_mass": cfg.min_mass}
-        return LLMOracle(backend, adapter=False, **kw)
-
-    if cfg.name == "any":
-        return AnyVerifier([member(m) for m in cfg.verifiers])
-    return member(cfg.name)
+    built = [verifier(m).build(cfg, backend_for) for m in cfg.members]
+    return AnyVerifier(built) if cfg.name == ANY else built[0]
 
 
 # ---------------------------------------------------------------- cache rows
 
 
-def _source_hash() -> str:
-    from selfplay.models import endpoint
-
-    from . import oracle, prompts, scoring, spec
-
-    mods = (checks_mod, spec, oracle, prompts, scoring, endpoint, inspect.getmodule(combine))
-    return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:12]
-
-
-def _anchor(env: Environment) -> dict[str, Any]:
-    return {"task_id": env.task_id, "kind": env.kind, "question": env.public.question,
-            "evidence": [[d.doc_id, d.text] for d in env.public.evidence], "certificate": env.certificate,
-            "evaluation_spec": env.evaluation_spec, "ground_truth": env.ground_truth}
+def _anchor(env: Environment, hidden: bool) -> dict[str, Any]:
+    public = {"task_id": env.task_id, "question": env.public.question,
+              "evidence": [[d.doc_id, d.text] for d in env.public.evidence]}
+    if not hidden:
+        return public
+    return public | {"kind": env.kind, "certificate": env.certificate, "evaluation_spec": env.evaluation_spec,
+                     "ground_truth": env.ground_truth}
 
 
 def cache_fingerprint(oracle_cfg: OracleConfig, envs: Sequence[Environment], *, model: Any = None) -> dict[str, Any]:
-    """What determines the verdict rows of `envs` (JSON-able; hash it to name the cache file):
-    the config's fingerprint, the verifiers' code, every field of `envs` a verifier reads (an
-    edited certificate or `checks` is a new file, never a stale hit) and `model` — what the LLM
-    oracle's model name stands for when the name alone does not fix it (for "initial": the run's
-    policy config mapping); ignored when no LLM is used. Never the API key."""
+    """What the verdicts of `envs` depend on besides the code (JSON-able; hash it to name a cache
+    file): the config's fingerprint, every field of `envs` the verifiers read (the hidden anchor
+    only when one of them reads it: an edited certificate or `checks` is a new file, never a stale
+    hit) and `model` — what the LLM oracle's model name stands for when the name alone does not fix
+    it (for "initial": the run's policy config mapping); ignored when no LLM is used. Never the API
+    key."""
+    anchors = sorted((_anchor(e, oracle_cfg.reads_anchor) for e in envs), key=lambda a: a["task_id"])
     return {"oracle": oracle_cfg.fingerprint(), "model": model if oracle_cfg.uses_llm else None,
-            "code": _source_hash(), "spec_version": SPEC_VERSION,
-            "envs": hashlib.sha256(json.dumps(sorted((_anchor(e) for e in envs), key=lambda a: a["task_id"]),
-                                              sort_keys=True, default=str).encode()).hexdigest()[:16]}
+            "envs": hashlib.sha256(json.dumps(anchors, sort_keys=True, default=str).encode()).hexdigest()[:16]}
 
 
 def verdict_row(v: OracleVerdict) -> dict[str, Any]:

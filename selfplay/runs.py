@@ -1,5 +1,5 @@
 """Setup that training, the audit and judge evaluation share: which environments a data config's split
-holds, and which weights a judge reads.
+holds, which weights a judge reads, and the judge a run configures on them.
 
 One definition of each, so the three entry points cannot drift apart (a judge identity written one
 way in training and another in the audit would key two stage-1 caches for the same weights).
@@ -7,9 +7,14 @@ way in training and another in the audit would key two stage-1 caches for the sa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
+from judges import Judge, build_judge
+from judges.registry import design
 from selfplay.config import DataConfig, resolve_data_path
 from selfplay.envs import load_envs, train_audit_split
 from selfplay.envs.types import Environment
@@ -58,3 +63,19 @@ def judge_weights(model: str, policy: Any, *, seed: int, iteration: int, other: 
     if other is None:
         raise ValueError(f"judge.model={model!r} needs its own backend")
     return JudgeWeights(other, False, identity)
+
+
+def run_judge(reward: Mapping[str, Any], model: str, *, policy: Callable[[], Any], other: Callable[[str], Any],
+              seed: int, iteration: int) -> Judge:
+    """The judge of design `reward["name"]` with the parameters `reward` (the run's `reward` group) on
+    the weights `judge.model=model` names at `iteration` (see `judge_weights`). `policy()` returns the
+    policy backend and `other(model)` the backend of another policy config; each is called only when
+    those weights are read, and neither for a design that uses no model."""
+    params = OmegaConf.to_container(reward, resolve=True) if isinstance(reward, DictConfig) else dict(reward)
+    name = str(params["name"])
+    if not design(name).uses_model:
+        return build_judge(name, None, params=params)
+    own = model in ("self", "frozen")
+    w = judge_weights(model, policy() if own else None, seed=seed, iteration=iteration,
+                      other=None if own else other(model))
+    return build_judge(name, w.backend, adapter=w.adapter, identity=w.identity, params=params)

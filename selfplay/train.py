@@ -38,7 +38,7 @@ from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
 from selfplay.models.backend import Completion, is_truncated
 from selfplay.pairs import all_pairs, build_pairs
-from selfplay.runs import judge_weights, load_data_split
+from selfplay.runs import load_data_split, run_judge
 from selfplay.tracking import start_logger
 
 log = logging.getLogger("selfplay.train")
@@ -87,11 +87,8 @@ def build_policy(settings: Settings):
 
 def build_judge_for(settings: Settings, policy, t: int, judge_backend=None):
     """The iteration-t judge: π_{t-1} (self), π_0 (frozen) or another policy's weights (adapter off)."""
-    from judges import build_judge
-
-    w = judge_weights(settings.judge.model, policy, seed=settings.train.seed, iteration=t - 1, other=judge_backend)
-    return build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
-                       params=OmegaConf.to_container(settings.reward))
+    return run_judge(settings.reward, settings.judge.model, policy=lambda: policy, other=lambda m: judge_backend,
+                     seed=settings.train.seed, iteration=t - 1)
 
 
 def sample_answers(policy, prompts: list[str], settings: Settings, t: int, batch_envs: int) -> list[list[str]]:

@@ -123,5 +123,6 @@ def test_the_check_catches_a_leak():
     other = next(a for a in env.stress_answers if a.answer_id != env.reference.answer_id)
     assert leaked_sentences(env, P.pairwise_user(env.public, "x", other.text), allow_reference=True)
     claim = env.certificate["impossibility_claim"]
-    assert leaked_sentences(env, P.pointwise_user(env.public, "rubric", claim, "x"))
-    assert leaked_sentences(env, P.pointwise_user(env.public, "certificate", certificate_text(env), "x"))
+    assert leaked_sentences(env, P.pointwise_user(env.public, P.RUBRIC_CRITERIA, "RUBRIC", claim, "x"))
+    assert leaked_sentences(env, P.pointwise_user(env.public, P.CERTIFICATE_CRITERIA, "SPECIFICATION",
+                                                  certificate_text(env), "x"))

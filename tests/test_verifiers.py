@@ -10,11 +10,11 @@ import pytest
 import yaml
 from oracle_fakes import VerdictOnlyBackend
 
+from judges.checks import ChecksVerifier
 from judges.oracle import LLMOracle, OracleVerdict
 from judges.verifiers import (
     ORACLE_DIR,
     AnyVerifier,
-    ChecksVerifier,
     OracleConfig,
     Verifier,
     build_verifier,
