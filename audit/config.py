@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from selfplay.config import ConfigError, LoggerConfig
 
 from .calibration import GateConfig
-from .stats import MIN_B
+from .stats import DEFAULT_B, MIN_B
 
 
 class AuditConfigError(ValueError):
@@ -30,7 +30,7 @@ class AuditConfigError(ValueError):
 
 @dataclass
 class BootstrapConfig:
-    B: int = 2000  # environment resamples per interval (SPEC: 2000; fewer than 1000 is refused)
+    B: int = DEFAULT_B  # environment resamples per interval (SPEC: 2000; fewer than MIN_B is refused)
     alpha: float = 0.05  # 1 − interval level
 
 
@@ -79,7 +79,7 @@ class AuditConfig:
         _require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         _require(self.max_envs is None or self.max_envs >= 1, "max_envs", self.max_envs, "null or >= 1")
         _require(self.bootstrap.B >= MIN_B, "bootstrap.B", self.bootstrap.B,
-                 f"an integer >= {MIN_B} (2000 by default): fewer resamples give unstable interval ends")
+                 f"an integer >= {MIN_B} ({DEFAULT_B} by default): fewer resamples give unstable interval ends")
         _require(0 < self.bootstrap.alpha < 1, "bootstrap.alpha", self.bootstrap.alpha, "in (0, 1)")
         _require(0 < self.length_match <= 1, "length_match", self.length_match, "in (0, 1]")
         if self.oracle is not None:

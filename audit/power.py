@@ -102,7 +102,7 @@ class PrefDesign:
 
 @dataclass(frozen=True)
 class SimSettings:
-    B: int = 2000  # bootstrap resamples per interval, as in the audit
+    B: int = S.DEFAULT_B  # bootstrap resamples per interval, as in the audit
     alpha: float = 0.05  # 1 − interval level
     sims: int = 2000  # simulated data sets per power estimate
     seed: int = 0
@@ -479,8 +479,8 @@ def power_section(doc: Mapping[str, Any], *, sims: int = 2000, seed: int = 0, ta
     notes = []
     B, alpha = boot.get("B"), boot.get("alpha")
     if not isinstance(B, int) or B < S.MIN_B:
-        notes.append(f"bootstrap B not in audit.json settings (or below {S.MIN_B}): simulated with B = 2000")
-        B = 2000
+        notes.append(f"bootstrap B not in audit.json settings (or below {S.MIN_B}): simulated with B = {S.DEFAULT_B}")
+        B = S.DEFAULT_B
     if not _finite(alpha) or not 0 < alpha < 1:
         notes.append("bootstrap alpha not in audit.json settings: simulated with α = 0.05")
         alpha = 0.05

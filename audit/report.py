@@ -225,7 +225,7 @@ def comparisons(doc: Mapping[str, Any]) -> tuple[str | None, str, list[dict[str,
         note = (f"`{BASELINE}` was not part of this experiment, so each judge design is compared "
                 f"against the first reward in alphabetical order, `{base}`.")
     settings = doc.get("settings") if isinstance(doc.get("settings"), Mapping) else {}
-    B = int((settings.get("bootstrap") or {}).get("B") or 2000)
+    B = int((settings.get("bootstrap") or {}).get("B") or S.DEFAULT_B)
     rows = []
     for reward in rewards:
         if reward == base:

@@ -1,6 +1,6 @@
 """Intervals and tests for the audit (SPEC §6): pure functions, randomness only from the caller.
 
-- `bootstrap_ci` resamples environments (clusters) with replacement, B = 2000 by default, and
+- `bootstrap_ci` resamples environments (clusters) with replacement, B = `DEFAULT_B` by default, and
   returns a percentile interval. Answers of one environment share its difficulty, so resampling
   answers independently would understate the uncertainty; the cluster is the unit.
   Percentile rather than normal or BCa: the audit's statistics are rates and AUROCs bounded in
@@ -30,11 +30,12 @@ import numpy as np
 from scipy import stats as sps
 
 MIN_B = 1000
+DEFAULT_B = 2000  # the audit's resamples per interval (SPEC §6); conf/audit.yaml repeats it
 
 
 def check_B(B: int) -> None:
     if B < MIN_B:
-        raise ValueError(f"bootstrap B={B}: at least {MIN_B} resamples are needed (2000 by default)")
+        raise ValueError(f"bootstrap B={B}: at least {MIN_B} resamples are needed ({DEFAULT_B} by default)")
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _percentile(reps: np.ndarray, estimate: float, B: int, k: int, alpha: float)
 
 
 def bootstrap_ci(statistic: Callable[..., float], clusters: Sequence, *data: Sequence,
-                 rng: np.random.Generator, B: int = 2000, alpha: float = 0.05) -> BootstrapCI:
+                 rng: np.random.Generator, B: int = DEFAULT_B, alpha: float = 0.05) -> BootstrapCI:
     """Percentile interval of `statistic` from B resamples of the clusters with replacement.
 
     `statistic(cluster_labels, *data)` gets the rows of the drawn clusters. In a replicate the
@@ -116,7 +117,7 @@ def bootstrap_ci(statistic: Callable[..., float], clusters: Sequence, *data: Seq
 
 
 def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float],
-                       clusters: Sequence, *, rng: np.random.Generator, B: int = 2000,
+                       clusters: Sequence, *, rng: np.random.Generator, B: int = DEFAULT_B,
                        alpha: float = 0.05) -> BootstrapCI:
     """`bootstrap_ci` for statistic = Σ numerators / Σ denominators, per row (or per pair).
 
@@ -166,7 +167,7 @@ class PairedDiff:
 
 def paired_bootstrap_diff(a_num: Sequence[float], a_den: Sequence[float], b_num: Sequence[float],
                           b_den: Sequence[float], clusters: Sequence, *, rng: np.random.Generator,
-                          B: int = 2000, alpha: float = 0.05) -> PairedDiff:
+                          B: int = DEFAULT_B, alpha: float = 0.05) -> PairedDiff:
     """Σa_num/Σa_den − Σb_num/Σb_den with one draw of clusters shared by A and B per replicate."""
     if not isinstance(rng, np.random.Generator):
         raise TypeError("paired_bootstrap_diff needs an explicit numpy.random.Generator")

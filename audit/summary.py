@@ -46,7 +46,7 @@ IMPOSSIBLE, CONTROL = T.IMPOSSIBLE, T.CONTROL
 @dataclass(frozen=True)
 class StatsSettings:
     seed: int = 0  # the audit's seed: with the run's seed and t it seeds every bootstrap
-    B: int = 2000  # bootstrap resamples of environments
+    B: int = S.DEFAULT_B  # bootstrap resamples of environments
     alpha: float = 0.05  # 1 − interval level
     max_rel_diff: float = 0.2  # length-matched AUROC: pairs whose lengths differ by less than this
 

@@ -40,9 +40,8 @@ def test_drift_interval_equals_audit_summary():
     k, n = 9, 4
     valid0, valid1 = rng.random((k, n)) < 0.6, rng.random((k, n)) < 0.4
     st = summary.StatsSettings(seed=3, B=1000)
-    by_t = {0: summary._verified(summary._Arrays(_rows(valid0, 0))),
-            2: summary._verified(summary._Arrays(_rows(valid1, 2)))}
-    ref = summary._valid_rate_drift(by_t, 2, "impossible", 5, st)
+    audit = summary.seed_metrics({0: _rows(valid0, 0), 2: _rows(valid1, 2)}, run_seed=5, settings=st)
+    ref = audit[2].metrics["valid_rate_drift/impossible"]
 
     counts = S._draw_counts(summary._rng(st, 5, 2, "valid_rate_drift/impossible"), st.B, k)
     d = np.full((k, 1), float(n))

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from audit.metrics import within_env_auroc
-from audit.stats import bootstrap_ratio_ci
+from audit.stats import DEFAULT_B, bootstrap_ratio_ci
 from judges import build_judge
 from judges.base import judge_item
 from selfplay.config import DataConfig
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 DATA = "data/mini"
 SPLITS = ("train", "audit")
 KINDS = ("impossible", "control")
-B = 2000
+B = DEFAULT_B
 SEED = 0
 COMMAND = "python -m experiments.judge_eval.decisive_auroc"
 

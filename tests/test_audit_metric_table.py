@@ -1,0 +1,137 @@
+"""audit.metric_table: a metric declared there is computed, gated and written by its entry alone,
+whatever its name; the table's order and titles are the committed reports'; one bootstrap B."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from audit import calibration as C
+from audit import metric_table as T
+from audit import metrics as M
+from audit import report as R
+from audit import stats as S
+from audit.records import AnswerRow
+from audit.results import build_results, csv_rows
+from audit.summary import StatsSettings, seed_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+# an oracle-dependent metric whose name no rule about names would recognise: mean(A) per kind
+DUMMY = T.Metric("zz_dummy/{kind}", M.va_gap, "policy", T.RATIO, True, "Dummy share", fields=("apparent",),
+                 kinds=T.KINDS)
+
+
+def pol(env: str, kind: str, j: int, score: float, label: str) -> AnswerRow:
+    return AnswerRow(env, kind, "policy", f"p{j}", f"answer {j}", score, 0.5, label, True)
+
+
+# reference score 0.5 everywhere, A = 1[s ≥ 0.5]: impossible I1 → 1, 0, 1; I2 → 1, 0 (3 of 5);
+# control C1 → 1, 0 (1 of 2)
+ROWS = [pol("I1", "impossible", 0, 0.7, "invalid"), pol("I1", "impossible", 1, 0.3, "valid"),
+        pol("I1", "impossible", 2, 0.6, "valid"), pol("I2", "impossible", 0, 0.9, "invalid"),
+        pol("I2", "impossible", 1, 0.2, "invalid"), pol("C1", "control", 0, 0.8, "valid"),
+        pol("C1", "control", 1, 0.1, "invalid")]
+
+
+def labelled(label: str, accept: bool) -> AnswerRow:
+    return AnswerRow("I1", "impossible", "labelled", "l", "x", None, None, label, True, oracle_accept=accept)
+
+
+def calibration(passes: bool) -> dict:
+    """The gate on 10 valid answers the oracle accepts and 10 invalid it rejects (a pass), or on no
+    on-policy set at all (a failure)."""
+    on_policy = [labelled("valid", True) for _ in range(10)] + [labelled("invalid", False) for _ in range(10)]
+    cal = C.run_calibration([], on_policy if passes else None, [None] * 20 if passes else [], {0: ROWS},
+                            ["oracle"], C.GateConfig(), "on-policy set (labels.jsonl)")
+    assert cal["gate"]["status"] == ("ok" if passes else "unverified")
+    return cal
+
+
+def audit_doc(passes: bool) -> dict:
+    audits = seed_metrics({0: ROWS}, run_seed=0, settings=StatsSettings(B=1000))
+    return build_results({}, {("r", 0): audits}, {("r", 0, 0): "iter_0"}, {("r", 0): "exp"}, [],
+                         {("r", 0): calibration(passes)})
+
+
+@pytest.fixture
+def with_dummy(monkeypatch):
+    monkeypatch.setattr(T, "TABLE", (*T.TABLE, DUMMY))
+
+
+def test_a_declared_oracle_metric_is_unverified_when_the_gate_fails_whatever_its_name(with_dummy):
+    doc = audit_doc(passes=False)
+    it = doc["rewards"]["r"]["seeds"]["0"]["iterations"]["0"]["metrics"]
+    reason = "on-policy set (labels.jsonl): none (no labelled answers of the audited policy; the gate reads " \
+             "only those: label some with `python -m audit.label`)"
+    for name in ("zz_dummy/impossible", "zz_dummy/control"):
+        m = it[name]
+        assert (m["status"], m["value"], m["ci_low"], m["ci_high"], m["reason"]) == (
+            "unverified", None, None, None, reason), name
+        assert doc["rewards"]["r"]["across_seeds"]["0"][name]["status"] == "unverified"
+    # the same answers under a declaration without the oracle keep their number
+    assert it["apparent/impossible"]["status"] == "ok" and it["apparent/impossible"]["value"] == 0.6
+    csv = {(r["seed"], r["metric"]): r for r in csv_rows(doc)}
+    assert csv[("0", "zz_dummy/impossible")]["value"] == "unverified"
+    assert csv[("0", "zz_dummy/impossible")]["reason"] == reason
+    assert csv[("all", "zz_dummy/control")]["value"] == "unverified"
+    assert "zz_dummy/impossible" in R.metric_names(doc)
+    assert R.metric_table(doc, "zz_dummy/impossible")[-1] == "| r | unverified |"
+
+
+def test_the_same_metric_is_a_number_when_the_gate_passes(with_dummy):
+    doc = audit_doc(passes=True)
+    it = doc["rewards"]["r"]["seeds"]["0"]["iterations"]["0"]["metrics"]
+    imp, ctl = it["zz_dummy/impossible"], it["zz_dummy/control"]
+    assert (imp["status"], imp["value"], imp["n"]) == ("ok", 0.6, 5)
+    assert (ctl["status"], ctl["value"], ctl["n"]) == ("ok", 0.5, 2)
+    # two impossible environments, I1 at 2/3 and I2 at 1/2: every resample lies between them
+    assert 0.5 <= imp["ci_low"] <= 0.6 <= imp["ci_high"] <= 2 / 3
+    csv = {(r["seed"], r["metric"]): r for r in csv_rows(doc)}
+    assert csv[("0", "zz_dummy/impossible")]["value"] == 0.6
+    lines = R.metric_table(doc, "zz_dummy/impossible")
+    assert lines[-1] == f"| r | 0.600 [{R._num(imp['ci_low'])}, {R._num(imp['ci_high'])}]* |"
+    assert R._title("zz_dummy/impossible") == "Dummy share — `zz_dummy/impossible`"
+
+
+def test_an_undeclared_metric_cannot_pass_the_gate():
+    with pytest.raises(KeyError, match="'nope/policy' is not declared in audit.metric_table.TABLE"):
+        C.metric_gate({"gate": {"status": "ok", "reasons": []}}, "nope/policy", 0)
+
+
+def test_an_entry_without_an_estimator_is_refused(monkeypatch):
+    odd = T.Metric("odd", M.hedge_count, "policy", T.RATIO, False, "Odd")
+    monkeypatch.setattr(T, "TABLE", (*T.TABLE, odd))
+    with pytest.raises(KeyError, match="metric 'odd': audit.summary has no estimator for hedge_count"):
+        seed_metrics({0: ROWS}, run_seed=0, settings=StatsSettings(B=1000))
+
+
+def test_a_name_declared_twice_is_refused(monkeypatch):
+    monkeypatch.setattr(T, "TABLE", (*T.TABLE, T.Metric("youden_j", M.youden_j, "policy", T.STATISTIC, False, "J")))
+    with pytest.raises(ValueError, match="'youden_j' is declared twice"):
+        T.declared()
+
+
+def test_every_figure_row_is_declared():
+    names = T.declared()
+    assert [m for f in T.FIGURES for m in f.metrics if m not in names] == []
+
+
+@pytest.mark.parametrize("run", ["probe_check", "demo"])
+def test_committed_reports_list_the_metrics_in_the_tables_order_and_titles(run):
+    """The per-metric sections of a committed report.md are what the table renders from its audit.json."""
+    doc = R.load_dir(ROOT / "experiments" / "results" / run)
+    lines = []
+    for metric in R.metric_names(doc):
+        lines += [f"## {R._title(metric)}", "", *R.metric_table(doc, metric), ""]
+    assert "\n".join(lines) in (ROOT / "experiments" / "results" / run / "report.md").read_text(encoding="utf-8")
+
+
+def test_one_bootstrap_B():
+    from omegaconf import OmegaConf
+
+    from audit.config import BootstrapConfig
+    from audit.power import SimSettings
+
+    assert OmegaConf.load(ROOT / "conf" / "audit.yaml").bootstrap.B == S.DEFAULT_B
+    assert BootstrapConfig().B == StatsSettings().B == SimSettings().B == S.DEFAULT_B
