@@ -4,9 +4,11 @@ A design (`TemplateDesign`, one registry entry each, at the end of this file) is
 the templates that carry them out: an optional stage 1 (greedy text generated once per environment
 before any candidate is seen, from the design's stage-1 template), pointwise scoring against a
 criteria block or pairwise scoring, and for pairwise the opponent (the reference answer r(e) or the
-stage-1 blind solution). A new LLM design is one more entry plus its `conf/reward/<name>.yaml`. `anchored` randomises nothing: it asks both presentation
-orders and averages them, which removes position bias instead of sampling it; the reference is shown
-as an unnamed "ANSWER A"/"ANSWER B", so its identity stays hidden.
+stage-1 blind solution). A new LLM design is one more entry plus its `conf/reward/<name>.yaml`.
+
+`anchored` randomises nothing: it asks both presentation orders and averages them, which removes
+position bias instead of sampling it; the reference is shown as an unnamed "ANSWER A"/"ANSWER B",
+so its identity stays hidden.
 
 `certificate` is the control that sees the hidden anchor: pointwise, like `generic`, but its
 criteria are the environment's `evaluation_spec` (`must_state`, `must_not_state`) carried by

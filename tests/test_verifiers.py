@@ -3,6 +3,7 @@ group and its builder, and cache rows that round-trip."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from oracle_fakes import VerdictOnlyBackend
 
+from judges import registry as R
 from judges.checks import ChecksVerifier
 from judges.oracle import LLMOracle, OracleVerdict
 from judges.verifiers import (
@@ -222,3 +224,22 @@ def test_cache_fingerprint_moves_with_what_decides_verdicts():
     assert cache_fingerprint(cfg, [env()], model={"name": "x"}) == base
     llm = OracleConfig.named("llm")
     assert cache_fingerprint(llm, [env()], model={"name": "x"}) != cache_fingerprint(llm, [env()], model={"name": "y"})
+
+
+def test_a_verifier_that_reads_no_anchor_decides_without_it():
+    """`reads_anchor=False` is a promise: the verdicts are the same with every hidden field of the
+    environment replaced; `spec`, which declares the anchor, does change (the check can fail)."""
+    answers = ["Mortality fell.", "Deaths: 41 of 900 [D7].", "We cannot conclude it [D1]."]
+    hidden = env()
+    blank = dataclasses.replace(hidden, kind="control", certificate=None, evaluation_spec=None,
+                                ground_truth={"answer": "Mortality fell."}, record={})
+
+    def verdicts(name, e):
+        v = R.verifier(name).build(OracleConfig(name=name, verifiers=()), None)
+        return [dataclasses.astuple(x) for x in v.verify([(e, a) for a in answers])]
+
+    public_only = [n for n, v in R.VERIFIERS.items() if not v.reads_anchor]
+    assert "checks" in public_only and "spec" not in public_only
+    for name in public_only:
+        assert verdicts(name, hidden) == verdicts(name, blank), name
+    assert verdicts("spec", hidden) != verdicts("spec", blank)
