@@ -187,12 +187,10 @@ def combine(parts: tuple[OracleVerdict, ...]) -> OracleVerdict:
 
 def build_verifier(oracle_cfg: OracleConfig | Mapping[str, Any], *,
                    backend_for: Callable[[str], Any] | None = None) -> Verifier:
-    """The verifier `oracle_cfg` names (for `any`, each member combined).
-
-    backend_for(model) -> Backend is called only by a verifier that uses a model other than
-    "endpoint": with "initial" or a policy config name (the caller owns model loading: the audit
-    maps "initial" to the run's policy, whose adapter the oracle switches off).
-    """
+    """The verifier `oracle_cfg` names (for `any`, each member combined). `backend_for(model) ->
+    Backend` goes to each member's builder; only one that uses a model calls it (the caller owns
+    model loading: the audit maps "initial" to the run's policy, whose adapter the oracle switches
+    off; see judges.oracle.build_llm_oracle)."""
     cfg = oracle_cfg if isinstance(oracle_cfg, OracleConfig) else OracleConfig.from_mapping(oracle_cfg)
     built = [verifier(m).build(cfg, backend_for) for m in cfg.members]
     return AnyVerifier(built) if cfg.name == ANY else built[0]
