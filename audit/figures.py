@@ -21,7 +21,6 @@ from . import metric_table as T  # noqa: E402
 from . import metrics as M  # noqa: E402
 
 
-
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
