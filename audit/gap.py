@@ -22,13 +22,12 @@ defaults to the run's own initial weights).
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import json
 import logging
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,37 +38,39 @@ from omegaconf import DictConfig, OmegaConf
 from selfplay.config import ConfigError, Settings, comparable, resolve_data_path, train_settings
 from selfplay.envs import EnvLoadError
 from selfplay.envs.types import Environment
-from selfplay.runs import judge_identity, judge_weights, load_data_split
+from selfplay.runs import judge_weights, load_data_split
 
 from . import calibration as C
 from .cache import (
+    ANSWERS,
+    CALLS,
+    CachedBackend,
     CacheError,
-    StageCache,
+    JsonlCache,
+    adapter_sha256,
     cache_dir,
-    checkpoint_files,
-    oracle_file,
-    run_files,
-    view_key,
+    digest,
 )
 from .checkpoints import Checkpoint, CheckpointError, Discovery, find_checkpoints
 from .collect import (
     CHECKS,
+    LABELLED,
     ORACLE,
     ORACLE2,
+    POLICY,
     SampleSettings,
-    Stages,
+    answers_of,
+    build_rows,
     chunk_size,
-    collect,
-    judge_stage,
-    kl_stage,
-    labelled_rows,
-    lazy,
-    probe_stage,
-    sample_stage,
-    verifier_stage,
+    judge_scores,
+    kl_terms,
+    labelled_answers,
+    probe_terms,
+    sample_answers,
+    verdicts,
 )
 from .config import AuditConfig, AuditConfigError, audit_config
-from .records import POLICY, STRESS
+from .records import STRESS, AnswerRow
 from .results import build_results, dumps, to_csv, write_text_atomic
 from .summary import IterationAudit, StatsSettings, seed_metrics
 
@@ -259,28 +260,6 @@ def check_prompt_lengths(cfg: AuditConfig, discovery: Discovery, runs: Mapping[P
                     "nothing was written; shorten the record's evidence or lower max_new_tokens")
 
 
-# -- models and stages ------------------------------------------------------------------------------
-
-class BackendPool:
-    """One backend per (policy config, LoRA shape), loaded on first use and shared by roles."""
-
-    def __init__(self, cfg: AuditConfig):
-        self.cfg = cfg
-        self._pool: dict[str, Any] = {}
-
-    def get(self, policy: Mapping[str, Any] | str, lora: Mapping[str, Any] | None = None):
-        from selfplay.models import load_backend
-
-        key = json.dumps([policy if isinstance(policy, str) else dict(policy), dict(lora or {})],
-                         sort_keys=True, default=str)
-        if key not in self._pool:
-            # hf: the audit swaps one adapter per checkpoint into the same weights
-            self._pool[key] = load_backend(policy if isinstance(policy, str) else dict(policy), backend="hf",
-                                           lora=lora, device=self.cfg.device, batch_size=self.cfg.batch_size,
-                                           progress=self.cfg.progress)
-        return self._pool[key]
-
-
 def oracle_configs(cfg: AuditConfig, envs: Sequence[Environment]) -> dict[str, Any]:
     """Verifier role -> judges.verifiers.OracleConfig: the primary oracle (the `oracle` group, or
     the data's default), the second LLM oracle when configured, and the public-view checks (the
@@ -297,53 +276,115 @@ def oracle_configs(cfg: AuditConfig, envs: Sequence[Environment]) -> dict[str, A
     return roles
 
 
-def verifier_stages(oracles: Mapping[str, Any], policy: Callable[[], Any], pool: BackendPool) -> dict[str, Any]:
-    """Every verifier as a stage; a model behind one is loaded on its first uncached verdict."""
-    from judges.verifiers import build_verifier
+# -- models ----------------------------------------------------------------------------------------
 
-    def backend_for(model: str):
-        return policy() if model == "initial" else pool.get(model)
+class Models:
+    """The audit's model backends. Every model is reached through an `audit.cache.CachedBackend` whose
+    file sits in the run's seed directory; a model is loaded on the first call its cache cannot
+    answer, once per (policy config, LoRA shape), and a checkpoint's adapter is loaded into it then."""
 
-    return {role: verifier_stage(lazy(lambda o=o: build_verifier(o, backend_for=backend_for).verify), role)
-            for role, o in oracles.items()}
+    def __init__(self, cfg: AuditConfig):
+        self.cfg = cfg
+        self._loaded: dict[str, Any] = {}  # policy + LoRA shape -> the hf backend
+        self._adapter: dict[str, Path | None] = {}  # ... -> the adapter it holds now
+        self._files: dict[Path, Any] = {}  # one JsonlCache per cache file
+        self._tokenizers: dict[str, Any] = {}
 
+    def _backend(self, policy: Mapping[str, Any], lora: Mapping[str, Any] | None, adapter: Path | None):
+        from selfplay.models import load_backend
 
-def checkpoint_stages(cfg: AuditConfig, settings: Settings, ckpt: Checkpoint, sample: SampleSettings,
-                      oracles: Mapping[str, Any], pool: BackendPool) -> Stages:
-    """The stages of one checkpoint; each model (and the checkpoint's adapter) is loaded on the
-    first row that is not cached."""
-    from judges import build_judge
-
-    @functools.cache
-    def policy():
-        log.info("auditing %s: loading the policy", ckpt.path)
-        backend = pool.get(OmegaConf.to_container(settings.policy), settings.train.lora)
-        backend.load_adapter(ckpt.adapter_path)
+        key = json.dumps([dict(policy), dict(lora or {})], sort_keys=True, default=str)
+        if key not in self._loaded:
+            log.info("audit: loading %s", policy.get("name"))
+            # hf: the audit swaps one adapter per checkpoint into the same weights
+            self._loaded[key] = load_backend(dict(policy), backend="hf", lora=lora, device=self.cfg.device,
+                                             batch_size=self.cfg.batch_size, progress=self.cfg.progress)
+            self._adapter[key] = None
+        backend = self._loaded[key]
+        if adapter is not None and self._adapter[key] != adapter:
+            backend.load_adapter(adapter)
+            self._adapter[key] = adapter
         return backend
 
-    def judge():
-        model = settings.judge.model
-        w = judge_weights(model, policy() if model in ("self", "frozen") else None, seed=ckpt.seed,
-                          iteration=ckpt.iteration,
-                          other=None if model in ("self", "frozen") else pool.get(model))
-        return judge_stage(build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
-                                       params=OmegaConf.to_container(settings.reward)))
+    def _cache(self, seed_dir: Path, identity: Mapping[str, Any]):
+        path = cache_dir(seed_dir) / f"{CALLS}-{digest(identity, 16)}.jsonl"
+        if path not in self._files:
+            self._files[path] = JsonlCache(path)
+        return self._files[path]
 
-    return Stages(sample=lazy(lambda: sample_stage(policy(), sample)) if sample.n else None, judge=lazy(judge),
-                  verifiers=verifier_stages(oracles, policy, pool),
-                  kl=lazy(lambda: kl_stage(policy(), sample.temperature)) if cfg.kl else None, chunk=sample.chunk,
-                  probe=lazy(lambda: probe_stage(policy(), adapter=True)) if cfg.probe else None,
-                  probe0=lazy(lambda: probe_stage(policy(), adapter=False)) if cfg.probe else None)
+    def _cached(self, policy: Mapping[str, Any], seed_dir: Path, adapter_id: str | None, load) -> CachedBackend:
+        from selfplay.models.chat import render
+        from selfplay.models.config import PolicyConfig
+        from selfplay.models.loading import load_tokenizer
+
+        config = PolicyConfig.from_mapping(policy)
+        name = json.dumps(dict(policy), sort_keys=True, default=str)
+        if name not in self._tokenizers:
+            self._tokenizers[name] = load_tokenizer(config)
+        tok = self._tokenizers[name]
+        identity = {"policy": dict(policy)}
+        return CachedBackend(name=config.name, tokenizer=tok,
+                             render=lambda m, add_generation_prompt=True: render(tok, config, m, add_generation_prompt),
+                             identity=identity, adapter_id=adapter_id, cache=self._cache(seed_dir, identity),
+                             load=load)
+
+    def policy(self, settings: Settings, ckpt: Checkpoint) -> CachedBackend:
+        """The run's policy at checkpoint `ckpt`: adapter on = π_t, off = π_0."""
+        policy = OmegaConf.to_container(settings.policy)
+        return self._cached(policy, ckpt.path.parent, adapter_sha256(ckpt.path),
+                            lambda: self._backend(policy, settings.train.lora, ckpt.adapter_path))
+
+    def named(self, name: str, seed_dir: Path) -> CachedBackend:
+        """A `conf/policy` model by name, base weights only (a judge's or an oracle's own model)."""
+        from selfplay.models.config import PolicyConfig
+
+        policy = dataclasses.asdict(PolicyConfig.named(name))
+        return self._cached(policy, seed_dir, None, lambda: self._backend(policy, None, None))
+
+    def endpoint(self, endpoint: Any, seed_dir: Path) -> CachedBackend:
+        """An OpenAI-compatible server (an oracle's `endpoint` settings); its prompts key themselves."""
+        from judges.oracle import endpoint_backend
+        from selfplay.models.endpoint import LabelTokenizer
+
+        identity = {"endpoint": endpoint.fingerprint()}
+        built: list[Any] = []
+
+        def load():
+            if not built:
+                built.append(endpoint_backend(endpoint))
+            return built[0]
+
+        # building the backend makes no request: its render is a pure function of the messages
+        return CachedBackend(name=f"endpoint:{endpoint.model}", tokenizer=LabelTokenizer(),
+                             render=lambda m, add_generation_prompt=True: load().render(m, add_generation_prompt=add_generation_prompt),
+                             identity=identity, adapter_id=None, cache=self._cache(seed_dir, identity), load=load,
+                             prompt_ids=lambda p: p)
 
 
-def checkpoint_cache(settings: Settings, ckpt: Checkpoint, sample: SampleSettings, oracles: Mapping[str, Any],
-                     envs: Sequence[Environment]) -> StageCache:
-    identity = judge_identity(settings.judge.model, seed=ckpt.seed, iteration=ckpt.iteration)
-    names = checkpoint_files(policy=OmegaConf.to_container(settings.policy), sample=vars(sample),
-                             reward=OmegaConf.to_container(settings.reward), judge_model=settings.judge.model,
-                             identity=identity, oracles=oracles, envs=envs, weights=ckpt.identity)
-    # an edited environment (question, evidence) is a miss in every stage, never its old rows
-    return StageCache(cache_dir(ckpt.path), names, views={e.task_id: view_key(e.public) for e in envs})
+def build_verifiers(oracles: Mapping[str, Any], policy: CachedBackend, models: Models, seed_dir: Path) -> dict[str, Any]:
+    """Every verifier role's verifier; "initial" is the run's π_0 (the policy, adapter off)."""
+    from judges.verifiers import build_verifier
+
+    def backend_for(o: Any):
+        def get(model: str):
+            if model == "endpoint":
+                return models.endpoint(o.endpoint, seed_dir)
+            return policy if model == "initial" else models.named(model, seed_dir)
+        return get
+
+    return {role: build_verifier(o, backend_for=backend_for(o)) for role, o in oracles.items()}
+
+
+def build_run_judge(settings: Settings, ckpt: Checkpoint, policy: CachedBackend, models: Models):
+    """The run's own judge as it stood at `ckpt` (same design, same `judge.model`)."""
+    from judges import build_judge
+
+    model = settings.judge.model
+    w = judge_weights(model, policy if model in ("self", "frozen") else None, seed=ckpt.seed,
+                      iteration=ckpt.iteration,
+                      other=None if model in ("self", "frozen") else models.named(model, ckpt.path.parent))
+    return build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
+                       params=OmegaConf.to_container(settings.reward))
 
 
 def sample_settings(cfg: AuditConfig, settings: Settings) -> SampleSettings:
@@ -354,61 +395,88 @@ def sample_settings(cfg: AuditConfig, settings: Settings) -> SampleSettings:
     )
 
 
-def calibration_rows(cfg: AuditConfig, settings: Settings, seed_dir: Path, labelled, oracles: Mapping[str, Any],
-                     pool: BackendPool):
-    """The verifiers' verdicts on the labelled on-policy answers (cached in the seed dir's cache:
-    they do not depend on the iteration), or None without a labelled set."""
-    if labelled is None:
-        return None
-    envs, answers = labelled[0], labelled[1]
-
-    @functools.cache
-    def policy():
-        return pool.get(OmegaConf.to_container(settings.policy), settings.train.lora)
-
-    used = [envs[t] for t in dict.fromkeys(a["task_id"] for a in answers)]
-    names = {role: oracle_file(o, used, OmegaConf.to_container(settings.policy), role) for role, o in oracles.items()}
-    return labelled_rows(envs, answers, verifier_stages(oracles, policy, pool),
-                         StageCache(cache_dir(seed_dir), names), show_progress=cfg.progress)
-
-
-def labelled_by_env(labelled, envs: Sequence[Environment]) -> dict[str, list[dict]]:
+def labelled_by_env(labelled: LabelledSet | None, envs: Sequence[Environment]) -> dict[str, list[dict]]:
     """The labelled on-policy answers of the audited environments, by task id (the probe scores them)."""
     if labelled is None:
         return {}
     ids = {e.task_id for e in envs}
     out: dict[str, list[dict]] = {}
-    for a in labelled[1]:
+    for a in labelled.rows:
         if a["task_id"] in ids:
             out.setdefault(a["task_id"], []).append(a)
     return out
 
 
+def write_answers(ckpt: Checkpoint, policy: Mapping[str, Any], sample: SampleSettings,
+                  answers: Mapping[str, Sequence[Any]]) -> None:
+    """The answers sampled at `ckpt`, one row per environment, for `python -m audit.label`."""
+    if not answers:
+        return
+    name = f"{ANSWERS}-{digest({'policy': dict(policy), 'sample': vars(sample)}, 12)}.jsonl"
+    rows = [json.dumps({"key": tid, "task_id": tid, "answers": [str(t) for t in texts],
+                        "finished": [bool(getattr(t, "finished", True)) for t in texts]}, sort_keys=True)
+            for tid, texts in answers.items()]
+    cache_dir(ckpt.path).mkdir(exist_ok=True)
+    write_text_atomic(cache_dir(ckpt.path) / name, "\n".join(rows) + "\n")
+
+
 # -- the audit --------------------------------------------------------------------------------------
 
-def collect_run(cfg: AuditConfig, p: Plan, ckpts: Sequence[Checkpoint], pool: BackendPool):
-    """rows by iteration and the calibration rows of one reward × seed."""
-    run = (ckpts[0].reward, ckpts[0].seed)
-    envs, oracles = p.envs[run], p.oracles[run]
-    rows_by_t = {}
-    probe_labelled = labelled_by_env(p.labelled.get(run), envs) if cfg.probe_labelled else {}
-    for ckpt in ckpts:
-        settings = p.runs[ckpt.path]
-        sample = sample_settings(cfg, settings)
-        run_cache = StageCache(cache_dir(ckpt.path.parent), run_files(policy=OmegaConf.to_container(settings.policy)))
-        rows_by_t[ckpt.iteration] = collect(envs, checkpoint_stages(cfg, settings, ckpt, sample, oracles, pool),
-                                            checkpoint_cache(settings, ckpt, sample, oracles, envs),
-                                            run_cache=run_cache, labelled=probe_labelled,
-                                            show_progress=cfg.progress)
-    first = ckpts[0]
-    labelled = calibration_rows(cfg, p.runs[first.path], first.path.parent, p.labelled.get(run), oracles, pool)
-    return rows_by_t, labelled
+def audit_checkpoint(cfg: AuditConfig, p: Plan, ckpt: Checkpoint, models: Models) -> list[AnswerRow]:
+    """Every AnswerRow of one checkpoint: sample → judge → verify → KL → probe → rows."""
+    settings, run = p.runs[ckpt.path], (ckpt.reward, ckpt.seed)
+    envs = p.envs[run]
+    by_id = {e.task_id: e for e in envs}
+    show = cfg.progress
+    policy = models.policy(settings, ckpt)
+    sample = sample_settings(cfg, settings)
+
+    sampled = sample_answers(policy, envs, sample, show_progress=show) if sample.n else {}
+    write_answers(ckpt, OmegaConf.to_container(settings.policy), sample, sampled)
+    labelled = labelled_by_env(p.labelled.get(run), envs) if cfg.probe and cfg.probe_labelled else {}
+    answers = [a for e in envs for a in answers_of(e, sampled.get(e.task_id, ()), labelled.get(e.task_id, ()))]
+    judged = [a for a in answers if a.source != LABELLED]  # policy and stress answers
+    policy_answers = [a for a in answers if a.source == POLICY]
+    probed = [a for a in answers if a.source != POLICY]  # stress and labelled answers
+
+    refs, scores = judge_scores(build_run_judge(settings, ckpt, policy, models), by_id, judged, show_progress=show)
+    verifiers = build_verifiers(p.oracles[run], policy, models, ckpt.path.parent)
+    verified = {role: verdicts(v, by_id, judged, desc=role, show_progress=show) for role, v in verifiers.items()}
+    kl = kl_terms(policy, by_id, policy_answers, sample.temperature, show_progress=show) if cfg.kl else None
+    probe = probe0 = None
+    if cfg.probe:
+        probe = probe_terms(policy, by_id, probed, adapter=True, show_progress=show)
+        probe0 = probe_terms(policy, by_id, probed, adapter=False, show_progress=show)
+    return build_rows(by_id, answers, ref_scores=refs, scores=scores, verdicts=verified, kl=kl,
+                      probe=probe, probe0=probe0)
 
 
-def audit(cfg: AuditConfig, the_plan: Plan | None = None) -> dict[str, Any]:
+def calibration_rows(cfg: AuditConfig, p: Plan, ckpt: Checkpoint, models: Models) -> list[AnswerRow] | None:
+    """The verifiers' verdicts on the run's labelled on-policy answers (the oracle's π_0 is the run's
+    base weights, whichever checkpoint names them), or None without a labelled set."""
+    run = (ckpt.reward, ckpt.seed)
+    labelled = p.labelled.get(run)
+    if labelled is None:
+        return None
+    answers = labelled_answers(labelled.envs, labelled.rows)
+    used = {a.task_id: labelled.envs[a.task_id] for a in answers}
+    policy = models.policy(p.runs[ckpt.path], ckpt)
+    verifiers = build_verifiers(p.oracles[run], policy, models, ckpt.path.parent)
+    verified = {role: verdicts(v, used, answers, desc=f"{role} (labelled)", show_progress=cfg.progress)
+                for role, v in verifiers.items()}
+    return build_rows(used, answers, verdicts=verified)
+
+
+@dataclass
+class Progress:
+    checkpoint: Checkpoint | None = None  # the checkpoint being audited
+
+
+def audit(cfg: AuditConfig, the_plan: Plan | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Run the audit `cfg` describes and write its outputs; returns the audit.json document."""
     p = the_plan or plan(cfg)
-    pool = BackendPool(cfg)
+    progress = progress or Progress()
+    models = Models(cfg)
     stats = StatsSettings(seed=cfg.seed, B=cfg.bootstrap.B, alpha=cfg.bootstrap.alpha, max_rel_diff=cfg.length_match)
     groups: dict[tuple[str, int], list[Checkpoint]] = defaultdict(list)
     for c in p.discovery.checkpoints:
@@ -419,22 +487,27 @@ def audit(cfg: AuditConfig, the_plan: Plan | None = None) -> dict[str, Any]:
     experiments: dict[tuple[str, int], str] = {}
     calibrations: dict[tuple[str, int], dict[str, Any]] = {}
     for (reward, seed), ckpts in groups.items():
-        rows_by_t, labelled = collect_run(cfg, p, ckpts, pool)
+        run, oracles = (reward, seed), p.oracles[(reward, seed)]
+        rows_by_t = {}
+        for c in ckpts:
+            progress.checkpoint = c
+            rows_by_t[c.iteration] = audit_checkpoint(cfg, p, c, models)
+        labelled = calibration_rows(cfg, p, ckpts[0], models)
         for ckpt in ckpts:
             where[(reward, seed, ckpt.iteration)] = _relative(ckpt.path, p.discovery.root)
-        experiments[(reward, seed)] = p.runs[ckpts[0].path].train.experiment_name
-        audits[(reward, seed)] = seed_metrics(rows_by_t, run_seed=seed, settings=stats,
-                                              second_oracle=cfg.second_oracle is not None,
-                                              primary_members=p.oracles[(reward, seed)][ORACLE].members)
+        experiments[run] = p.runs[ckpts[0].path].train.experiment_name
+        audits[run] = seed_metrics(rows_by_t, run_seed=seed, settings=stats,
+                                   second_oracle=cfg.second_oracle is not None,
+                                   primary_members=oracles[ORACLE].members)
         stress = [r for r in rows_by_t[min(rows_by_t)] if r.source == STRESS]
-        roles = C.roles(stress + list(labelled or []), p.oracles[(reward, seed)])
+        roles = C.roles(stress + list(labelled or []), oracles)
         # the gate reads the on-policy set alone, per checkpoint where its own labels suffice
-        on_policy = p.labelled.get((reward, seed))
-        calibrations[(reward, seed)] = C.run_calibration(
+        on_policy = p.labelled.get(run)
+        calibrations[run] = C.run_calibration(
             stress, labelled, [a.get("iteration") for a in on_policy.rows] if on_policy else [],
             {t: [r for r in rows if r.source == POLICY] for t, rows in rows_by_t.items()}, roles, cfg.gate,
             on_policy.where if on_policy else "on-policy set") | {
-            "oracles": {r: o.fingerprint() for r, o in p.oracles[(reward, seed)].items()}}
+            "oracles": {r: o.fingerprint() for r, o in oracles.items()}}
     doc = build_results(cfg.fingerprint(), audits, where, experiments,
                         [_relative(s, p.discovery.root) for s in p.discovery.skipped], calibrations)
     write_outputs(p.discovery.root, doc)
@@ -507,19 +580,13 @@ def warn_skipped(discovery: Discovery) -> None:
         print(f"audit.gap: warning: skipped {no_done(path)}", file=sys.stderr)
 
 
-def interrupted(p: Plan | None, started: float) -> str:
-    """Where a Ctrl-C stopped the audit: the checkpoint whose cache it wrote last (every row computed
-    is kept there), and that the same command resumes."""
+def interrupted(p: Plan | None, at: Checkpoint | None) -> str:
+    """Where a Ctrl-C stopped the audit: the checkpoint it was auditing (every model call made so far
+    is kept in the run's cache), and that the same command resumes."""
     if p is None:
         return "audit.gap: interrupted (Ctrl-C) before the audit started; nothing was written"
-    newest: tuple[float, Path] | None = None
-    for d in dict.fromkeys([c.path for c in p.discovery.checkpoints] + [c.path.parent for c in p.discovery.checkpoints]):
-        for f in cache_dir(d).glob("*.jsonl") if cache_dir(d).is_dir() else ():
-            m = f.stat().st_mtime
-            if m >= started and (newest is None or m > newest[0]):
-                newest = (m, d)
-    where = (f"while auditing {newest[1]} (every row computed so far is kept in its {cache_dir(newest[1]).name}/)"
-             if newest else "before any new row was cached")
+    where = (f"while auditing {at.path} (every model call made so far is kept in "
+             f"{cache_dir(at.path.parent)}/)" if at is not None else "before any checkpoint was audited")
     return f"audit.gap: interrupted (Ctrl-C) {where}; rerun the same command to resume"
 
 
@@ -528,17 +595,17 @@ def main_cli(cfg: DictConfig) -> dict[str, Any]:
     one line saying where it stopped, status 130)."""
     from selfplay.cli import os_error_line
 
-    p, started = None, time.time()
+    p, progress = None, Progress()
     try:
         settings = audit_config(cfg)
         p = plan(settings)
         warn_skipped(p.discovery)
         with audit_lock(p.discovery):
-            return audit(settings, p)
+            return audit(settings, p, progress)
     except _usage_errors() as e:
         raise SystemExit(f"audit.gap: error: {e}") from None
     except KeyboardInterrupt:
-        print(interrupted(p, started), file=sys.stderr)
+        print(interrupted(p, progress.checkpoint), file=sys.stderr)
         raise SystemExit(130) from None
     except OSError as e:  # a read-only file system, a full disk: the path and what to do
         raise SystemExit(f"audit.gap: error: {os_error_line(e)}") from None

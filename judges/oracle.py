@@ -101,18 +101,23 @@ class LLMOracle:
         return out
 
 
-def build_llm_oracle(cfg: Any, backend_for: Callable[[str], Backend] | None) -> LLMOracle:
-    """The LLM oracle of `cfg` (judges.verifiers.OracleConfig) on `cfg.model`: "endpoint" builds an
-    `EndpointBackend` from `cfg.endpoint` here (it reads the key's environment variable); any other
-    model comes from `backend_for(model)` (the caller owns model loading)."""
-    if cfg.model == "endpoint":
-        from selfplay.models.endpoint import EndpointBackend
+def endpoint_backend(endpoint: Any) -> Backend:
+    """The `EndpointBackend` of an oracle's `endpoint` settings (it reads the key's environment variable)."""
+    from selfplay.models.endpoint import EndpointBackend
 
-        backend = EndpointBackend.from_config(cfg.endpoint, name=f"endpoint:{cfg.endpoint.model}")
-    elif backend_for is None:
-        raise ValueError(f"oracle {cfg.name!r} uses the LLM oracle on model {cfg.model!r}: pass backend_for")
-    else:
+    return EndpointBackend.from_config(endpoint, name=f"endpoint:{endpoint.model}")
+
+
+def build_llm_oracle(cfg: Any, backend_for: Callable[[str], Backend] | None) -> LLMOracle:
+    """The LLM oracle of `cfg` (judges.verifiers.OracleConfig) on `cfg.model`, from
+    `backend_for(model)` (the caller owns model loading: the audit puts every model behind its call
+    cache); without `backend_for`, "endpoint" builds `endpoint_backend(cfg.endpoint)` here."""
+    if backend_for is not None:
         backend = backend_for(cfg.model)
+    elif cfg.model == "endpoint":
+        backend = endpoint_backend(cfg.endpoint)
+    else:
+        raise ValueError(f"oracle {cfg.name!r} uses the LLM oracle on model {cfg.model!r}: pass backend_for")
     kw = {} if cfg.min_mass is None else {"min_mass": cfg.min_mass}
     return LLMOracle(backend, adapter=False, **kw)
 

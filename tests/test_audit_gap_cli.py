@@ -137,49 +137,59 @@ def test_figures_and_caches_written(audited):
     root, _, _ = audited
     for name in ("va_gap_fpr.png", "discrimination.png", "ibe.png"):
         assert (root / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for t in (0, 1):
-        cache = root / "anchored" / "seed0" / f"iter_{t}" / "audit_cache"
-        assert sorted(p.name.split("-")[0] for p in cache.glob("*.jsonl")) == ["answers", "checks", "judge", "kl",
-                                                                               "oracle", "probe"]
-    # π_0's probe log-probs are computed once per run, in the seed directory's cache
-    run_cache = root / "anchored" / "seed0" / "audit_cache"
-    assert [p.name.split("-")[0] for p in run_cache.glob("probe*.jsonl")] == ["probe0"]
+    seed = root / "anchored" / "seed0"
+    for t in (0, 1):  # what each checkpoint sampled, for audit.label
+        (answers,) = (seed / f"iter_{t}" / "audit_cache").glob("answers-*.jsonl")
+        rows = [json.loads(line) for line in answers.read_text().splitlines()]
+        assert len(rows) == 2 and all(len(r["answers"]) == 2 for r in rows)
+    # one cache of model calls per run and weights: the policy's (π_t and π_0 alike)
+    (calls,) = (seed / "audit_cache").glob("calls-*.jsonl")
+    methods = {json.loads(line)["method"] for line in calls.read_text().splitlines()}
+    assert {"sample", "next_token_logprobs", "sequence_logprobs"} <= methods
+
+
+def no_model(*args, **kwargs):
+    raise AssertionError("a rerun with a complete cache must not load a model")
 
 
 def test_rerun_reads_the_cache_and_reproduces_audit_json(audited, monkeypatch):
     root, raw, raw_csv = audited
-
-    def no_model(*args, **kwargs):
-        raise AssertionError("a rerun with a complete cache must not load a model")
-
-    monkeypatch.setattr(gap.BackendPool, "get", no_model)
+    monkeypatch.setattr(gap.Models, "_backend", no_model)
     gap.main_cli(audit_cfg(root))
     assert (root / "audit.json").read_bytes() == raw
     assert (root / "audit.csv").read_bytes() == raw_csv
 
 
-def test_wandb_run_per_seed_offline_and_report(audited, monkeypatch):
+def test_an_edited_scoring_function_is_recomputed_not_replayed(audited, monkeypatch):
+    """The cache holds model calls, not judge scores: a change to how the judge reads its verdict
+    probabilities takes effect on the next audit, from the cached calls, with no model loaded."""
+    import judges.scoring
+
     root, raw, _ = audited
-    monkeypatch.setattr(gap.BackendPool, "get", lambda *a, **k: pytest.fail("cache is complete"))
-    gap.main_cli(audit_cfg(root, "logger=wandb", "logger.mode=offline"))
-    runs = list((root / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1  # one reward, one seed
-    assert (root / "audit.json").read_bytes() == raw
-    md = report.write_report(root).read_text()
-    assert "| anchored | " in md and "`va_gap/impossible`" in md and "Only one reward was audited" in md
+    monkeypatch.setattr(gap.Models, "_backend", no_model)
+    # the anchored judge reads P(label) from the verdict-token log-probs; make every answer tie
+    real = judges.scoring.label_probs
+    monkeypatch.setattr(judges.scoring, "label_probs", lambda row, ids: {k: 0.5 for k in real(row, ids)})
+    doc = gap.main_cli(audit_cfg(root))
+    it = doc["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["metrics"]
+    before = json.loads(raw)["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["metrics"]
+    # every answer now ties with r(e), so each is apparently successful: A = 1 on every stress answer
+    assert it["fpr/stress"]["value"] == 1.0 != before["fpr/stress"]["value"]
+    assert it["apparent/control"]["value"] == 1.0 != before["apparent/control"]["value"]
+    assert it["kl/per_answer"] == before["kl/per_answer"]  # the policy's own calls replay unchanged
 
 
 def test_rerun_recomputes_only_what_is_missing(audited, patched):
-    """Dropping the oracle verdicts of iteration 1 recomputes them alone (answers untouched) and the
-    numbers come out the same: the oracle reads log-probabilities deterministically."""
+    """Dropping every cached call but the samples recomputes those calls alone (the samples are
+    replayed untouched) and the numbers come out the same: the model is deterministic given a request."""
     root, raw, _ = audited
-    cache = root / "anchored" / "seed0" / "iter_1" / "audit_cache"
-    answers = next(cache.glob("answers-*.jsonl"))
-    before = answers.read_bytes()
-    next(cache.glob("oracle-*.jsonl")).unlink()
+    (calls,) = (root / "anchored" / "seed0" / "audit_cache").glob("calls-*.jsonl")
+    lines = calls.read_text().splitlines()
+    samples = [line for line in lines if json.loads(line)["method"] == "sample"]
+    calls.write_text("\n".join(samples) + "\n")
     gap.main_cli(audit_cfg(root))
-    assert answers.read_bytes() == before
-    assert next(cache.glob("oracle-*.jsonl")).is_file()
+    after = calls.read_text().splitlines()
+    assert after[: len(samples)] == samples and len(after) == len(lines)
     assert (root / "audit.json").read_bytes() == raw
 
 

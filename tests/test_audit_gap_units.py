@@ -186,21 +186,16 @@ def test_discovery_errors(tmp_path, setup, message):
 
 # -- cache ------------------------------------------------------------------------------------------
 
-def test_cache_computes_only_missing_and_survives_a_torn_write(tmp_path):
+def test_cache_file_keeps_finished_rows_and_survives_a_torn_write(tmp_path):
     path = tmp_path / "c.jsonl"
-    calls = []
-
-    def compute(group, keys):
-        calls.append((group, list(keys)))
-        return [{"key": k, "v": k.upper()} for k in keys]
-
-    JsonlCache(path).fill({"g1": ["a", "b"], "g2": ["c"]}, compute)
+    JsonlCache(path).add([{"key": k, "v": k.upper()} for k in "abc"])
     path.write_text(path.read_text() + '{"key": "d", "v"')  # interrupted while appending
-    calls.clear()
-    rows = JsonlCache(path).fill({"g1": ["a", "b"], "g2": ["c", "d"]}, compute)
-    assert calls == [("g2", ["d"])]
-    assert {k: r["v"] for k, r in rows.items()} == {"a": "A", "b": "B", "c": "C", "d": "D"}
+    cache = JsonlCache(path)
+    assert cache.missing(["a", "b", "c", "d"]) == ["d"]
+    cache.add([{"key": "d", "v": "D"}])
+    assert {k: r["v"] for k, r in JsonlCache(path).rows.items()} == {"a": "A", "b": "B", "c": "C", "d": "D"}
     lines = path.read_text().splitlines()
+    assert len(lines) == 4  # the torn line was cut before the append
     lines.insert(1, "not json")
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(CacheError, match=r"c.jsonl:2: unreadable cache row"):

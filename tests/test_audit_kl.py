@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from audit.collect import kl_stage
+from audit.collect import Answer, kl_terms
 from audit.records import AnswerRow
 from audit.summary import StatsSettings, seed_metrics
 from selfplay.envs.prompt import policy_messages
@@ -15,10 +15,11 @@ from selfplay.models.adapter_noise import perturb_lora
 from selfplay.runs import load_data_split
 
 
-def _by_hand(backend, prompt: str, text: str, temperature: float = 1.0) -> float:
-    """Σ log softmax(logits / temperature)[next token] over the answer's tokens, one plain forward pass."""
+def _by_hand(backend, prompt: str, text: str | list[int], temperature: float = 1.0) -> float:
+    """Σ log softmax(logits / temperature)[next token] over the answer's tokens (a text's encoding,
+    or the ids given), one plain forward pass."""
     p = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    c = backend.tokenizer(text, add_special_tokens=False)["input_ids"]
+    c = backend.tokenizer(text, add_special_tokens=False)["input_ids"] if isinstance(text, str) else list(text)
     ids = torch.tensor([p + c])
     with torch.no_grad():
         logp = torch.log_softmax(backend.model(input_ids=ids).logits[0].float() / temperature, dim=-1)
@@ -33,6 +34,15 @@ def tiny():
     env = load_data_split(type("D", (), {"path": "data/mini", "splits": None})(), "all")[0]
     texts = ["The evidence does not support a figure.", "Revenue rose 12% in 2023 [D1]."]
     return backend, env, texts
+
+
+def kl_stage(backend, temperature: float = 1.0):
+    """The KL stage on plain texts of one environment, as rows in order."""
+    def run(env, texts):
+        answers = [Answer(env.task_id, env.kind, "policy", f"p{j}", t) for j, t in enumerate(texts)]
+        got = kl_terms(backend, {env.task_id: env}, answers, temperature)
+        return [got[a.key] for a in answers]
+    return run
 
 
 def test_kl_stage_on_a_tiny_model_matches_a_hand_computation(tiny):
@@ -73,6 +83,26 @@ def test_kl_stage_scores_at_the_sampling_temperature(tiny):
         assert abs(row["logp"] - row1["logp"]) > 1e-2
     with pytest.raises(ValueError, match="temperature"):
         backend.sequence_logprobs([prompt], [texts[0]], temperature=0.0)
+
+
+def test_kl_scores_the_sampled_token_ids_end_of_turn_included(tiny):
+    """A sampled answer is scored on the ids that were drawn: an answer that ended carries the
+    end-of-turn id last, and that token's log-probability is part of log π_t − log π_0 (re-encoding
+    the decoded text would drop it); `tokens` counts it."""
+    backend, env, texts = tiny
+    perturb_lora(backend.model, seed=0, scale=0.5)
+    prompt = backend.render(policy_messages(env.public))
+    text = texts[0]
+    ids = backend.tokenizer(text, add_special_tokens=False)["input_ids"] + [backend.tokenizer.eos_token_id]
+    answer = Answer(env.task_id, env.kind, "policy", "p0", text, token_ids=tuple(ids))
+    row = kl_terms(backend, {env.task_id: env}, [answer], 0.7)[answer.key]
+    on = _by_hand(backend, prompt, ids, 0.7)
+    with backend.adapter_disabled():
+        off = _by_hand(backend, prompt, ids, 0.7)
+    assert row["tokens"] == len(ids)
+    assert row["logp"] == pytest.approx(on, abs=1e-4) and row["logp0"] == pytest.approx(off, abs=1e-4)
+    text_only = kl_stage(backend, 0.7)(env, [text])[0]
+    assert abs((row["logp"] - row["logp0"]) - (text_only["logp"] - text_only["logp0"])) > 1e-4
 
 
 def _row(env: str, j: int, log_ratio: float, tokens: int) -> AnswerRow:

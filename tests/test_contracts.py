@@ -38,6 +38,7 @@ ARGS = {
     "ScriptedBackend": (lambda prompt: {},),  # script: prompt -> {label: probability}
     "FakeOracleBackend": (lambda prompt: {},),  # probs: prompt -> {label: probability}
     "FakeBackend": (0.5,),  # p_yes
+    "StopAfter": (None, 0),  # inner backend, calls passed through
 }
 
 
@@ -122,6 +123,7 @@ def attributes_read(path: Path, name: str) -> set[str]:
     pytest.param("selfplay/train.py", "policy", PolicyBackend, id="train-policy"),
     pytest.param("audit/gap.py", "backend", PolicyBackend, id="audit-checkpoint"),
     pytest.param("audit/collect.py", "policy", Backend, id="audit-sample-kl"),
+    pytest.param("audit/cache.py", "inner", Backend, id="audit-call-cache"),
     pytest.param("judges/designs.py", "backend", Backend, id="judges"),
     pytest.param("judges/oracle.py", "backend", Backend, id="oracle"),
 ])
@@ -167,6 +169,16 @@ def test_the_endpoint_backend_serves_judges_not_training():
     endpoint = EndpointBackend(EndpointConfig(base_url="http://127.0.0.1:9/v1", model="m"), client=object())
     assert satisfies(endpoint, Backend) == []
     assert not isinstance(endpoint, PolicyBackend)
+
+
+def test_the_audit_call_cache_is_a_backend(tmp_path):
+    """The audit hands judges, verifiers and its stages a CachedBackend in place of the model."""
+    from audit.cache import CachedBackend, JsonlCache
+
+    model, tokenizer = tiny_model("llama", seed=0)
+    cached = CachedBackend(name="tiny", tokenizer=tokenizer, render=lambda m, add_generation_prompt=True: "",
+                           identity={}, adapter_id=None, cache=JsonlCache(tmp_path / "c.jsonl"), load=object)
+    assert satisfies(cached, Backend) == []
 
 
 @pytest.mark.parametrize("module, name", backend_fakes(), ids=lambda x: x)

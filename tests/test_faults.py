@@ -43,8 +43,7 @@ import audit.gap as gap
 import audit.report as report
 import selfplay.envs.__main__ as envs_cli
 import selfplay.train as train
-from audit.cache import StageCache
-from audit.collect import verifier_stage
+from audit.cache import CachedBackend, JsonlCache
 from judges.oracle import LLMOracle
 from judges.verifiers import OracleConfig, build_verifier, verdict_row
 from selfplay import artifacts as A
@@ -285,20 +284,21 @@ def c_audit_cache_error(code: int, *expect: str) -> Callable:
     """The audit's first cache write fails as on a read-only file system or a full disk."""
     def setup(tmp, trained):
         run = run_copy(trained, tmp)
-        return Case("audit", [f"ckpt={run}", *AUDIT], [str(run / "iter_0" / "audit_cache"), *expect],
+        return Case("audit", [f"ckpt={run}", *AUDIT], [str(run / "audit_cache"), *expect],
                     patch=lambda mp: mp.setattr(audit_cache.JsonlCache, "add", fail_with(code)))
     return setup
 
 
 def audit_interrupted(tmp, trained):
-    """Ctrl-C in the judge stage of iter_0, after its answers were cached (they stay, for the rerun)."""
+    """Ctrl-C in the judge stage of iter_0, after its answers were sampled (the calls stay cached, for
+    the rerun)."""
     run = run_copy(trained, tmp)
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
     return Case("audit", [f"ckpt={run}", *AUDIT], [f"interrupted (Ctrl-C) while auditing {run / 'iter_0'}",
                                                    "rerun the same command to resume"],
-                patch=lambda mp: mp.setattr(collect, "judge_items", stop), status=130, new_ok="audit_cache")
+                patch=lambda mp: mp.setattr(collect, "judge_item", stop), status=130, new_ok="audit_cache")
 
 
 def c_unwritable_model_cache(entry: str) -> Callable:
@@ -663,18 +663,24 @@ def test_failed_endpoint_verdicts_are_retried_by_a_rerun(tmp_path):
         env = endpoint_env()
         texts = {env.task_id: ["We cannot say.", "The packet cannot settle it (D1)."]}
 
+        cache = tmp_path / "calls.jsonl"
+
         def audit_once() -> list[bool | None]:
-            stage = verifier_stage(build_verifier(cfg).verify, "oracle")
-            rows = StageCache(tmp_path, {"oracle": "oracle-x.jsonl"}).per_text(
-                "oracle", texts, lambda tid, xs: stage(env, xs))
-            return [r["violates"] for r in rows[env.task_id]]
+            def cached(model: str):
+                real = endpoint_backend(server.url, max_retries=0)
+                return CachedBackend(name=real.name, tokenizer=real.tokenizer, render=real.render,
+                                     identity={"endpoint": cfg.endpoint.fingerprint()}, adapter_id=None,
+                                     cache=JsonlCache(cache), load=lambda: real, prompt_ids=lambda p: p)
+            verifier = build_verifier(cfg, backend_for=cached)
+            return [v.violates for v in verifier.verify([(env, t) for t in texts[env.task_id]])]
 
         assert audit_once() == [None, None] and len(server.requests) == 2
-        written = (tmp_path / "oracle-x.jsonl").read_bytes()
+        assert not cache.is_file()  # a failed request is never cached
         busy[0] = False
         assert audit_once() == [False, False] and len(server.requests) == 4
-        assert (tmp_path / "oracle-x.jsonl").read_bytes().startswith(written)
+        written = cache.read_bytes()
         assert audit_once() == [False, False] and len(server.requests) == 4
+        assert cache.read_bytes() == written
     finally:
         server.close()
 
@@ -683,7 +689,7 @@ def test_skipped_checkpoint_is_named_and_an_edited_environment_is_reaudited(trai
     """An iteration without DONE is left out and named on stderr (one line), not only in audit.json.
     Then the question of an audited environment is edited: the rerun samples that environment again
     under a new key (with the sampling chunk it shares, as a fresh audit would) instead of replaying
-    its old answers; every cache file keeps the bytes it had, the checkpoints' own files do not change."""
+    its old answers; the call cache only grows, the checkpoints' own files do not change."""
     run = run_copy(trained, tmp_path)
     data = mini_copy(tmp_path / "data")
     repoint(run, data)
@@ -697,9 +703,11 @@ def test_skipped_checkpoint_is_named_and_an_edited_environment_is_reaudited(trai
     doc = json.loads((run / "audit.json").read_text())
     assert sorted(doc["rewards"]["generic"]["seeds"]["0"]["iterations"]) == ["0", "2"]
 
+    (calls,) = (run / "audit_cache").glob("calls-*.jsonl")
+    written = calls.read_bytes()
+    sampled = [json.loads(line) for line in written.decode().splitlines()]
+    sampled = [r for r in sampled if r["method"] == "sample"]
     answers = next((run / "iter_0" / "audit_cache").glob("answers-*.jsonl"))
-    caches = {p: p.read_bytes() for p in run.rglob("audit_cache/*.jsonl")}
-    first = [json.loads(line) for line in answers.read_text().splitlines()]
     files = audited_envs(data)
     rec = json.loads(files["impossible"].read_text())
     rec["question"] = rec["question"] + " Answer in one sentence."
@@ -707,11 +715,11 @@ def test_skipped_checkpoint_is_named_and_an_edited_environment_is_reaudited(trai
 
     gap.main()
     capsys.readouterr()
-    rows = [json.loads(line) for line in answers.read_text().splitlines()]
-    old_key = next(r["key"] for r in first if r["task_id"] == rec["task_id"])
-    again = [r for r in rows[len(first):] if r["task_id"] == rec["task_id"]]
-    assert len(again) == 1 and again[0]["key"] != old_key  # sampled again, under its new prompt's key
-    for path, old in caches.items():
-        assert path.read_bytes().startswith(old), path
+    after = [json.loads(line) for line in calls.read_text().splitlines()]
+    again = [r for r in after[len(written.decode().splitlines()):] if r["method"] == "sample"]
+    # a new request per distinct adapter: the chunk holding the edited prompt, sampled again under its key
+    assert again and not {r["key"] for r in again} & {r["key"] for r in sampled}
+    assert calls.read_bytes().startswith(written)  # append only: every cached call kept
+    assert rec["task_id"] in answers.read_text()
     for t in (0, 2):
         A.verify_iteration(run / f"iter_{t}")

@@ -90,11 +90,13 @@ class Backend(Protocol):
         """
 
     def sequence_logprobs(
-        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True,
+        self, prompts: Sequence[str], completions: Sequence[str | Sequence[int]], *, adapter: bool = True,
         temperature: float = 1.0,
     ) -> np.ndarray:
         """Sum of log p(completion tokens | prompt), shape [len(prompts)], under the distribution
-        that sampling at `temperature` draws from (softmax of logits / temperature)."""
+        that sampling at `temperature` draws from (softmax of logits / temperature). A completion is
+        a text (encoded without special tokens) or the token ids themselves (a sampled answer's
+        `Completion.token_ids`, scored as drawn, end-of-turn included)."""
 
     def adapter_disabled(self) -> AbstractContextManager[None]:
         """Context in which the model runs as π_0 (LoRA off, no second copy)."""
@@ -120,6 +122,12 @@ class PolicyBackend(Backend, Protocol):
 
     def wake_up(self) -> None:
         """Take back what `sleep` released, after the DPO step."""
+
+
+def completion_ids(tokenizer, completions: Sequence[str | Sequence[int]]) -> list[list[int]]:
+    """The token ids `sequence_logprobs` scores: a text encoded without special tokens, ids as given."""
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] if isinstance(c, str) else [int(i) for i in c]
+            for c in completions]
 
 
 MAX_TEMPERATURE = 2.0  # vLLM refuses more; the HF backend keeps the same range so both accept one set

@@ -36,7 +36,7 @@ from transformers import DynamicCache, GenerationConfig, StaticCache, modeling_u
 from transformers.cache_utils import StaticLayer
 
 from selfplay.models import chat
-from selfplay.models.backend import Completion, check_sampling
+from selfplay.models.backend import Completion, check_sampling, completion_ids
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import load_model
 
@@ -224,14 +224,14 @@ class HFBackend:
         return out
 
     def sequence_logprobs(
-        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True,
+        self, prompts: Sequence[str], completions: Sequence[str | Sequence[int]], *, adapter: bool = True,
         temperature: float = 1.0,
     ) -> np.ndarray:
         if not (temperature > 0 and math.isfinite(temperature)):
             raise ValueError(f"temperature must be > 0 and finite, got {temperature}")
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        p_ids, c_ids = self.encode(prompts), self.encode(completions, check_length=False)
+        p_ids, c_ids = self.encode(prompts), completion_ids(self.tokenizer, completions)
         for i, (p, c) in enumerate(zip(p_ids, c_ids, strict=True)):
             if len(p) + len(c) > self.cfg.max_context:
                 raise ValueError(f"prompt {i} + completion is {len(p) + len(c)} tokens > max_context {self.cfg.max_context}")

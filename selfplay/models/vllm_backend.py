@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from selfplay.models import chat
-from selfplay.models.backend import Completion, check_sampling
+from selfplay.models.backend import Completion, check_sampling, completion_ids
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import checkpoint_dir, load_tokenizer, sft_checkpoint_dir
 
@@ -220,7 +220,7 @@ class VLLMBackend:
         return result
 
     def sequence_logprobs(
-        self, prompts: Sequence[str], completions: Sequence[str], *, adapter: bool = True,
+        self, prompts: Sequence[str], completions: Sequence[str | Sequence[int]], *, adapter: bool = True,
         temperature: float = 1.0,
     ) -> np.ndarray:
         # vLLM's prompt log-probs come from the raw logits; a tempered one needs the whole
@@ -230,7 +230,7 @@ class VLLMBackend:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         p_ids = self._encode(prompts, 0)
-        c_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions]
+        c_ids = completion_ids(self.tokenizer, completions)
         for i, (p, c) in enumerate(zip(p_ids, c_ids, strict=True)):
             self._check_length(f"prompt {i} + completion", len(p) + len(c), 0)
         todo = [i for i, c in enumerate(c_ids) if c]  # an empty completion has log-prob 0
