@@ -237,3 +237,25 @@ class CachedBackend:
         if self._inner is None or not hasattr(self._inner, "reading"):
             return None
         return self._inner.reading(prompt)
+
+
+def cached_policy(policy: Mapping[str, Any], directory: Path, load: Callable[[], Any], *,
+                  adapter_id: str | None = None, files: dict[Path, JsonlCache] | None = None,
+                  tokenizer: Any = None) -> CachedBackend:
+    """A `conf/policy` model (a PolicyConfig mapping) behind the cache file of its base weights in
+    `directory`: its tokenizer and chat template are loaded without the weights, `load()` builds the
+    backend on the first miss. `files` shares one open file among the backends of one audit."""
+    from selfplay.models.chat import render
+    from selfplay.models.config import PolicyConfig
+    from selfplay.models.loading import load_tokenizer
+
+    config = PolicyConfig.from_mapping(policy)
+    tok = tokenizer if tokenizer is not None else load_tokenizer(config)
+    identity = {"policy": dict(policy)}
+    path = directory / f"{CALLS}-{digest(identity, 16)}.jsonl"
+    files = {} if files is None else files
+    if path not in files:
+        files[path] = JsonlCache(path)
+    return CachedBackend(name=config.name, tokenizer=tok,
+                         render=lambda m, add_generation_prompt=True: render(tok, config, m, add_generation_prompt),
+                         identity=identity, adapter_id=adapter_id, cache=files[path], load=load)

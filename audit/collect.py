@@ -35,7 +35,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from judges.base import Judge, judge_item
+from judges.base import Judge, judge_item, judge_row
 from judges.checks import run_checks
 from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
@@ -147,19 +147,20 @@ def _by_env(answers: Sequence[Answer]) -> dict[str, list[Answer]]:
 
 
 def judge_scores(judge: Judge, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
-                 show_progress: bool = False) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    """(s(r(e)) by task id, s(a) by answer key): one `judge.score` call per environment, r(e) first."""
-    refs, scores = {}, {}
+                 show_progress: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(the verdict row of r(e) by task id, of each answer by key; `judges.judge_row`): one
+    `judge.score` call per environment, r(e) first."""
+    refs, rows = {}, {}
     groups = _by_env(answers)
     with _bar(len(groups), "audit: judge", show_progress) as bar:
         for tid, group in groups.items():
             env = envs[tid]
             texts = [env.reference_answer] + [a.text for a in group]
-            verdicts = judge.score([judge_item(judge, env, t) for t in texts])
-            refs[tid] = verdicts[0].score
-            scores.update({a.key: v.score for a, v in zip(group, verdicts[1:], strict=True)})
+            got = judge.score([judge_item(judge, env, t) for t in texts])
+            refs[tid] = judge_row(got[0])
+            rows.update({a.key: judge_row(v) for a, v in zip(group, got[1:], strict=True)})
             bar.update(1)
-    return refs, scores
+    return refs, rows
 
 
 def verdicts(verifier: Any, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
@@ -244,18 +245,19 @@ def _log_ratio(k: Mapping[str, Any]) -> float | None:
 
 
 def build_rows(envs: Mapping[str, Environment], answers: Sequence[Answer], *,
-               ref_scores: Mapping[str, float | None] | None = None,
-               scores: Mapping[str, float | None] | None = None,
+               judged: tuple[Mapping[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None = None,
                verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
                kl: Mapping[str, Mapping[str, Any]] | None = None,
                probe: Mapping[str, Mapping[str, Any]] | None = None,
                probe0: Mapping[str, Mapping[str, Any]] | None = None) -> list[AnswerRow]:
     """One AnswerRow per answer, each stage's result looked up by the answer's key (pure).
 
-    A policy answer's label is the primary oracle's verdict; a stress or labelled answer keeps its
+    `judged` is `judge_scores`'s (r(e) rows, answer rows). A policy answer's label is the primary
+    oracle's verdict; a stress or labelled answer keeps its
     human label, and the verifiers' verdicts on it measure the verifiers. `verdicts[role][key]`;
     the checks are run here where no `checks` verdict was computed (they need no model)."""
     verdicts = verdicts or {}
+    refs, scored_rows = judged or ({}, {})
     seen: set[str] = set()
     rows = []
     for a in answers:
@@ -275,8 +277,8 @@ def build_rows(envs: Mapping[str, Environment], answers: Sequence[Answer], *,
         scored = a.source != LABELLED
         rows.append(AnswerRow(
             task_id=a.task_id, kind=a.kind, source=a.source, answer_id=a.answer_id, text=a.text,
-            score=(scores or {}).get(a.key) if scored else None,
-            ref_score=(ref_scores or {}).get(a.task_id) if scored else None,
+            score=scored_rows[a.key]["score"] if scored and a.key in scored_rows else None,
+            ref_score=refs[a.task_id]["score"] if scored and a.task_id in refs else None,
             label=_label((v.get(ORACLE) or {}).get("violates")) if a.source == POLICY else a.label,
             checks_accept=bool(checks), oracle2_accept=_accept(v.get(ORACLE2)),
             is_reference=a.is_reference, oracle_accept=_accept(v.get(ORACLE)),

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from selfplay.config import ConfigError, Settings, comparable, resolve_data_path, train_settings
 from selfplay.envs import EnvLoadError
 from selfplay.envs.types import Environment
-from selfplay.runs import judge_weights, load_data_split
+from selfplay.runs import load_data_split, run_judge
 
 from . import calibration as C
 from .cache import (
@@ -49,6 +49,7 @@ from .cache import (
     JsonlCache,
     adapter_sha256,
     cache_dir,
+    cached_policy,
     digest,
 )
 from .checkpoints import Checkpoint, CheckpointError, Discovery, find_checkpoints
@@ -313,20 +314,14 @@ class Models:
         return self._files[path]
 
     def _cached(self, policy: Mapping[str, Any], seed_dir: Path, adapter_id: str | None, load) -> CachedBackend:
-        from selfplay.models.chat import render
         from selfplay.models.config import PolicyConfig
         from selfplay.models.loading import load_tokenizer
 
-        config = PolicyConfig.from_mapping(policy)
         name = json.dumps(dict(policy), sort_keys=True, default=str)
         if name not in self._tokenizers:
-            self._tokenizers[name] = load_tokenizer(config)
-        tok = self._tokenizers[name]
-        identity = {"policy": dict(policy)}
-        return CachedBackend(name=config.name, tokenizer=tok,
-                             render=lambda m, add_generation_prompt=True: render(tok, config, m, add_generation_prompt),
-                             identity=identity, adapter_id=adapter_id, cache=self._cache(seed_dir, identity),
-                             load=load)
+            self._tokenizers[name] = load_tokenizer(PolicyConfig.from_mapping(policy))
+        return cached_policy(policy, cache_dir(seed_dir), load, adapter_id=adapter_id, files=self._files,
+                             tokenizer=self._tokenizers[name])
 
     def policy(self, settings: Settings, ckpt: Checkpoint) -> CachedBackend:
         """The run's policy at checkpoint `ckpt`: adapter on = π_t, off = π_0."""
@@ -373,18 +368,6 @@ def build_verifiers(oracles: Mapping[str, Any], policy: CachedBackend, models: M
         return get
 
     return {role: build_verifier(o, backend_for=backend_for(o)) for role, o in oracles.items()}
-
-
-def build_run_judge(settings: Settings, ckpt: Checkpoint, policy: CachedBackend, models: Models):
-    """The run's own judge as it stood at `ckpt` (same design, same `judge.model`)."""
-    from judges import build_judge
-
-    model = settings.judge.model
-    w = judge_weights(model, policy if model in ("self", "frozen") else None, seed=ckpt.seed,
-                      iteration=ckpt.iteration,
-                      other=None if model in ("self", "frozen") else models.named(model, ckpt.path.parent))
-    return build_judge(settings.reward_name, w.backend, adapter=w.adapter, identity=w.identity,
-                       params=OmegaConf.to_container(settings.reward))
 
 
 def sample_settings(cfg: AuditConfig, settings: Settings) -> SampleSettings:
@@ -439,7 +422,9 @@ def audit_checkpoint(cfg: AuditConfig, p: Plan, ckpt: Checkpoint, models: Models
     policy_answers = [a for a in answers if a.source == POLICY]
     probed = [a for a in answers if a.source != POLICY]  # stress and labelled answers
 
-    refs, scores = judge_scores(build_run_judge(settings, ckpt, policy, models), by_id, judged, show_progress=show)
+    judge = run_judge(settings.reward, settings.judge.model, policy=lambda: policy,
+                      other=lambda name: models.named(name, ckpt.path.parent), seed=ckpt.seed, iteration=ckpt.iteration)
+    scores = judge_scores(judge, by_id, judged, show_progress=show)
     verifiers = build_verifiers(p.oracles[run], policy, models, ckpt.path.parent)
     verified = {role: verdicts(v, by_id, judged, desc=role, show_progress=show) for role, v in verifiers.items()}
     kl = kl_terms(policy, by_id, policy_answers, sample.temperature, show_progress=show) if cfg.kl else None
@@ -447,7 +432,7 @@ def audit_checkpoint(cfg: AuditConfig, p: Plan, ckpt: Checkpoint, models: Models
     if cfg.probe:
         probe = probe_terms(policy, by_id, probed, adapter=True, show_progress=show)
         probe0 = probe_terms(policy, by_id, probed, adapter=False, show_progress=show)
-    return build_rows(by_id, answers, ref_scores=refs, scores=scores, verdicts=verified, kl=kl,
+    return build_rows(by_id, answers, judged=scores, verdicts=verified, kl=kl,
                       probe=probe, probe0=probe0)
 
 

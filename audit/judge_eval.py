@@ -4,9 +4,9 @@ Every fixed stress answer of the chosen environments goes through the audit's ow
 (audit.collect): the judge scores it and r(e) in one call, the LLM oracle and the deterministic
 checks verify it, and `build_rows` turns the results into the audit's `AnswerRow`s, so A =
 1[s(a) ≥ s(r(e))] is computed exactly as in the audit (for `anchored` s(r(e)) is the judge's own
-score of r(e) against itself, ½ by symmetry; no design is special-cased). Judge and oracle verdicts
-are cached by `audit.cache` in `cache_dir`, one file per stage and setting, shared by the rewards of
-one data set (the oracle's verdicts do not depend on the judge), so a rerun computes nothing twice.
+score of r(e) against itself, ½ by symmetry; no design is special-cased). Every model call goes
+through the audit's call cache (`audit.cache`) in `cache_dir`, shared by the rewards of one data set
+(the oracle's calls do not depend on the judge), so a rerun asks no model the same thing twice.
 
 Per answer (answers.jsonl): the judge score, s(r(e)), apparent success, swap consistency, the
 oracle's P(violates) and which checks fired. Summary per kind (impossible, control, all), every
@@ -22,6 +22,7 @@ one design are separate entries.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -40,8 +41,8 @@ from selfplay.envs.types import Environment
 from selfplay.runs import SPLITS, load_data_split, run_judge
 
 from . import metrics as M
-from .cache import StageCache, oracle_file, source_hash, stage_file
-from .collect import CHECKS, ORACLE, build_rows, judge_stage, verifier_stage
+from .cache import cached_policy
+from .collect import CHECKS, ORACLE, answers_of, build_rows, judge_scores, verdicts
 from .records import AnswerRow
 
 OmegaConf.register_new_resolver("basename", lambda p: Path(str(p)).name, replace=True)
@@ -113,28 +114,19 @@ def judge_eval_config(cfg: DictConfig) -> JudgeEvalConfig:
 
 # -- the evaluation ---------------------------------------------------------------------------------
 
-def evaluate(envs: Sequence[Environment], judge, cache: StageCache, verifiers: Mapping[str, Any]) -> list[dict[str, Any]]:
+def evaluate(envs: Sequence[Environment], judge, verifiers: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per stress answer, environments in order: the audit's stages and rows, plus what a
     reader of judge quality wants beside them (order scores, probabilities, fired checks)."""
     prepare = getattr(judge, "prepare", None)
     if prepare is not None:  # stage 1 for all environments in batched greedy calls
         prepare([env.public for env in envs])
     by_id = {e.task_id: e for e in envs}
-    refs = {e.task_id: e.reference_answer for e in envs}
-    score = judge_stage(judge)
-    judged = cache.per_text("judge", {e.task_id: [e.reference_answer] + [s.text for s in e.stress_answers]
-                                      for e in envs}, lambda t, xs: score(by_id[t], xs), references=refs)
-    stress = {e.task_id: [s.text for s in e.stress_answers] for e in envs}
-    verdicts = {role: cache.per_text(role, stress, lambda t, xs, st=stage: st(by_id[t], xs))
-                for role, stage in verifiers.items()}
-    rows = build_rows(envs, {e.task_id: [] for e in envs}, judged, verdicts)
-    out = []
-    for row in rows:
-        env = by_id[row.task_id]
-        i = [s.answer_id for s in env.stress_answers].index(row.answer_id)
-        out.append(answer_record(env, row, judged[env.task_id][1 + i],
-                                 verdicts[ORACLE][env.task_id][i] if ORACLE in verdicts else None))
-    return out
+    answers = [a for e in envs for a in answers_of(e)]
+    judged = judge_scores(judge, by_id, answers)
+    verified = {role: verdicts(v, by_id, answers, desc=role) for role, v in verifiers.items()}
+    rows = build_rows(by_id, answers, judged=judged, verdicts=verified)
+    return [answer_record(by_id[a.task_id], row, judged[1][a.key], verified.get(ORACLE, {}).get(a.key))
+            for a, row in zip(answers, rows, strict=True)]
 
 
 def answer_record(env: Environment, row: AnswerRow, judged: Mapping[str, Any],
@@ -219,25 +211,11 @@ def _json_safe(x: Any) -> Any:
 
 # -- setup ------------------------------------------------------------------------------------------
 
-def stage_files(cfg: JudgeEvalConfig, envs: Sequence[Environment], oracle_cfg: Any) -> dict[str, str | None]:
-    import judges.designs
-    import judges.prompts
-
-    names: dict[str, str | None] = {
-        "judge": stage_file("judge", {"policy": cfg.policy, "reward": cfg.reward, "judge": cfg.judge.model,
-                                      "code": source_hash(judges.prompts, judges.designs)}),
-        CHECKS: None,
-    }
-    if oracle_cfg is not None:
-        names[ORACLE] = oracle_file(oracle_cfg, envs, cfg.policy, ORACLE)
-    return names
-
-
 def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
     from judges.checks import ChecksVerifier
     from judges.registry import design
     from judges.verifiers import OracleConfig, build_verifier
-    from selfplay.models import load_backend
+    from selfplay.models import PolicyConfig, load_backend
 
     if cfg.merge_into and cfg.resume and Path(cfg.merge_into).exists() and cfg.key in json.loads(
             Path(cfg.merge_into).read_text()):
@@ -246,20 +224,27 @@ def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
     envs = load_data_split(cfg.data, cfg.split)
     envs = envs[: cfg.max_envs] if cfg.max_envs else envs
     kw = dict(backend=cfg.backend, device=cfg.device, batch_size=cfg.batch_size)
-    policy = load_backend(dict(cfg.policy), **kw)
+    # every model behind the call cache in cache_dir (shared by the rewards of one data set)
+    files: dict[Path, Any] = {}
+
+    def cached(policy_cfg: Mapping[str, Any]):
+        return cached_policy(policy_cfg, Path(cfg.cache_dir), lambda: load_backend(dict(policy_cfg), **kw), files=files)
+
+    def named(name: str):
+        return cached(dataclasses.asdict(PolicyConfig.named(name)))
+
+    policy = cached(dict(cfg.policy))
     model = cfg.judge.model
     # fixed stress answers carry no trained adapter: `self` and `frozen` are the same weights here
-    judge = run_judge(cfg.reward, model, policy=lambda: policy, other=lambda m: load_backend(m, **kw), seed=0,
-                      iteration=0)
+    judge = run_judge(cfg.reward, model, policy=lambda: policy, other=named, seed=0, iteration=0)
     oracle_name = cfg.oracle_model or cfg.policy.get("name")
     oracle_cfg = OracleConfig(name="llm", verifiers=(), model="initial" if oracle_name == cfg.policy.get("name")
                               else oracle_name) if cfg.oracle else None
-    verifiers = {CHECKS: verifier_stage(ChecksVerifier().verify, CHECKS)}
+    verifiers = {CHECKS: ChecksVerifier()}
     if oracle_cfg is not None:
-        backend_for = lambda m: policy if m == "initial" else load_backend(m, **kw)  # noqa: E731
-        verifiers = {ORACLE: verifier_stage(build_verifier(oracle_cfg, backend_for=backend_for).verify, ORACLE)} | verifiers
-    cache = StageCache(Path(cfg.cache_dir), stage_files(cfg, envs, oracle_cfg))
-    rows = evaluate(envs, judge, cache, verifiers)
+        backend_for = lambda m: policy if m == "initial" else named(m)  # noqa: E731
+        verifiers = {ORACLE: build_verifier(oracle_cfg, backend_for=backend_for)} | verifiers
+    rows = evaluate(envs, judge, verifiers)
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

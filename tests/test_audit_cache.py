@@ -49,7 +49,7 @@ class Model:
 
     def sequence_logprobs(self, prompts, completions, *, adapter=True, temperature=1.0):
         self.calls.append(("seq", tuple(prompts), tuple(map(str, completions)), adapter, temperature))
-        return np.array([-(len(p) + len(c)) / (3 * temperature) - adapter for p, c in zip(prompts, completions)])
+        return np.array([-(len(p) + len(c)) / (3 * temperature) - adapter for p, c in zip(prompts, completions, strict=True)])
 
     def adapter_disabled(self):
         raise NotImplementedError
