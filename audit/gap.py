@@ -5,15 +5,19 @@
     python -m audit.gap ckpt=outputs/selfplay                           # every reward × seed
     python -m audit.gap ckpt=... n=2 bootstrap.B=1000 logger=none        # a quick look
 
-Recipe: find and validate every checkpoint under PATH and read each run's saved config (nothing is
-computed or written before all of them pass) → per reward × seed: load the run's audit split and
-its policy; per iteration: load that iteration's adapter, build the run's own judge as it stood at
-that iteration (same design, same `judge.model`, identity = that iteration), collect answers,
-verifier verdicts and the log-ratios of the KL (audit.collect's stages, cached by audit.cache in
-`iter_<t>/audit_cache/`) → every verifier's calibration on labelled answers and the gate
-(audit.calibration) → metrics with environment-bootstrap intervals per seed and iteration, means
-over seeds, oracle-dependent figures `unverified` where the gate fails → `audit.json`,
+Recipe: plan — find and validate every checkpoint under PATH and read each run's saved config
+(nothing is computed or written before all of them pass) → per reward × seed, per checkpoint t: the
+policy with t's adapter (π_t; adapter off, π_0), then sample → judge (the run's own judge as it
+stood at t) → verify (every verifier role) → KL → probe (audit.collect's stages) → rows joined by
+each answer's key → the verifiers' calibration on labelled answers and the gate (audit.calibration)
+→ every metric of audit.metric_table with environment-bootstrap intervals per seed and iteration,
+means over seeds, oracle-dependent ones `unverified` where the gate fails → `audit.json`,
 `audit.csv` and `figures/*.png` in PATH, one wandb run per seed.
+
+Every model sits behind `audit.cache.CachedBackend` (`Models`): a call is answered from
+`seed<s>/audit_cache/calls-*.jsonl` when the same request was made before, and the model is loaded
+on the first call that was not, so a complete rerun loads none and writes the same bytes. What each
+checkpoint sampled is also written to `iter_<t>/audit_cache/answers-*.jsonl` for `audit.label`.
 
 Settings: conf/audit.yaml, documented in `audit.config.AuditConfig` (including why the oracle
 defaults to the run's own initial weights).

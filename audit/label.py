@@ -5,7 +5,7 @@
     python -m audit.label outputs/demo --labeller ab --size 120   # rerun: continues, draws up to 120
 
 DIR is what `audit.gap` audited (an iteration, seed, reward or experiment dir). The pool is every
-answer cached under its checkpoints (`iter_<t>/audit_cache/answers-*.jsonl`, audit.cache); the
+answer sampled at its checkpoints (`iter_<t>/audit_cache/answers-*.jsonl`, written by audit.gap); the
 sample is stratified by checkpoint (which fixes reward, seed and iteration) and kind (impossible,
 control): the strata take turns, each in its own seeded random order, until `--size` answers are
 drawn, and the draw is then shown in one seeded random order. Each answer is shown with its

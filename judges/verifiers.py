@@ -21,8 +21,6 @@ Rows: `verdict_row(v)` is a verdict as JSON, `verdict_from_row` reads it back.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,28 +194,7 @@ def build_verifier(oracle_cfg: OracleConfig | Mapping[str, Any], *,
     return AnyVerifier(built) if cfg.name == ANY else built[0]
 
 
-# ---------------------------------------------------------------- cache rows
-
-
-def _anchor(env: Environment, hidden: bool) -> dict[str, Any]:
-    public = {"task_id": env.task_id, "question": env.public.question,
-              "evidence": [[d.doc_id, d.text] for d in env.public.evidence]}
-    if not hidden:
-        return public
-    return public | {"kind": env.kind, "certificate": env.certificate, "evaluation_spec": env.evaluation_spec,
-                     "ground_truth": env.ground_truth}
-
-
-def cache_fingerprint(oracle_cfg: OracleConfig, envs: Sequence[Environment], *, model: Any = None) -> dict[str, Any]:
-    """What the verdicts of `envs` depend on besides the code (JSON-able; hash it to name a cache
-    file): the config's fingerprint, every field of `envs` the verifiers read (the hidden anchor
-    only when one of them reads it: an edited certificate or `checks` is a new file, never a stale
-    hit) and `model` — what the LLM oracle's model name stands for when the name alone does not fix
-    it (for "initial": the run's policy config mapping); ignored when no LLM is used. Never the API
-    key."""
-    anchors = sorted((_anchor(e, oracle_cfg.reads_anchor) for e in envs), key=lambda a: a["task_id"])
-    return {"oracle": oracle_cfg.fingerprint(), "model": model if oracle_cfg.uses_llm else None,
-            "envs": hashlib.sha256(json.dumps(anchors, sort_keys=True, default=str).encode()).hexdigest()[:16]}
+# ---------------------------------------------------------------- verdict rows
 
 
 def verdict_row(v: OracleVerdict) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 from judges import build_judge
 from judges.base import JudgeItem
 from judges.oracle import LLMOracle
-from judges.verifiers import OracleConfig, build_verifier, cache_fingerprint, verdict_row
+from judges.verifiers import OracleConfig, build_verifier, verdict_row
 from selfplay.envs.types import Document, Environment, PublicView, StressAnswer
 from selfplay.models.endpoint import RENDER_TAG, EndpointBackend, EndpointConfig, EndpointError
 
@@ -248,7 +248,6 @@ def test_the_key_appears_in_no_written_file(serve, tmp_path, caplog):
     assert server.auth[-1] == f"Bearer {KEY}"  # the key was used ...
     (tmp_path / "verdicts.jsonl").write_text("\n".join(json.dumps(verdict_row(v)) for v in verdicts))
     (tmp_path / "config.json").write_text(json.dumps({"cfg": cfg.fingerprint(), "repr": repr(cfg),
-                                                      "cache": cache_fingerprint(cfg, [env()]),
                                                       "backend": repr(verifier.backend),
                                                       "errors": [v.error for v in verdicts]}, default=str))
     (tmp_path / "log.txt").write_text(caplog.text)

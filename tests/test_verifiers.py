@@ -20,7 +20,6 @@ from judges.verifiers import (
     OracleConfig,
     Verifier,
     build_verifier,
-    cache_fingerprint,
     combine,
     default_oracle_name,
     verdict_from_row,
@@ -211,19 +210,6 @@ def test_verdict_rows_round_trip_through_json():
     back = verdict_from_row(json.loads(json.dumps(row)))
     assert verdict_row(back) == row and back.parts[1].mode == "reply" and back.fired == ("forbidden:x",)
     assert back.violates is True and back.verifier == "spec" and back.p_violates == 1.0
-
-
-def test_cache_fingerprint_moves_with_what_decides_verdicts():
-    cfg = OracleConfig.named("any")
-    base = cache_fingerprint(cfg, [env()])
-    assert cache_fingerprint(cfg, [env()]) == base
-    edited = dict(CHECKS, doc_ids=["D1"], forbidden=[{"id": "asserts_drop", "patterns": [r"^\W*yes\b"]}])
-    assert cache_fingerprint(cfg, [env(edited)]) != base  # an edited certificate is a new file
-    assert cache_fingerprint(OracleConfig.named("spec"), [env()]) != base
-    # the llm model only matters when the llm is used
-    assert cache_fingerprint(cfg, [env()], model={"name": "x"}) == base
-    llm = OracleConfig.named("llm")
-    assert cache_fingerprint(llm, [env()], model={"name": "x"}) != cache_fingerprint(llm, [env()], model={"name": "y"})
 
 
 def test_a_verifier_that_reads_no_anchor_decides_without_it():
