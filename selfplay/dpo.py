@@ -33,14 +33,14 @@ from __future__ import annotations
 import gc
 import inspect
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import modeling_utils
 
+from selfplay.models.forward import completion_logprob_sums, native_gqa, right_padded
 from selfplay.pairs import Pair
 
 
@@ -102,9 +102,6 @@ def plan_lengths(tokenizer, rows: Sequence[dict[str, str]], max_seq_len: int) ->
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")  # TRL's precomputed-reference columns
 
-# Per-row `logits_to_keep` (a boolean mask) came with transformers' `slice_logits_to_keep`
-ROW_KEEP = hasattr(modeling_utils, "slice_logits_to_keep")
-
 
 @torch.no_grad()
 def completion_logp(model, prompt_ids: Sequence[int], completion_ids: Sequence[int], max_length: int) -> float:
@@ -128,7 +125,6 @@ def reference_logps(model, rows, max_length: int, *, adapter: bool, batch_pairs:
     model.eval()
     chosen: list[float] = []
     rejected: list[float] = []
-    device = next(model.parameters()).device
     # TRL's DPOTrainer puts its fused log-prob head on the model (an instance `forward` wrapping the class's)
     fused = hasattr(vars(model.get_base_model()).get("forward"), "__wrapped__")
     try:
@@ -140,32 +136,26 @@ def reference_logps(model, rows, max_length: int, *, adapter: bool, batch_pairs:
                     for r in batch:
                         seqs.append((list(r["prompt_ids"]) + list(r[key]))[:max_length])
                         prompt_lens.append(len(r["prompt_ids"]))
-                width = max(map(len, seqs))
-                input_ids = torch.zeros((len(seqs), width), dtype=torch.long)
-                attention = torch.zeros((len(seqs), width), dtype=torch.long)
-                keep = torch.zeros((len(seqs), width), dtype=torch.bool)
-                for i, seq in enumerate(seqs):
-                    input_ids[i, : len(seq)] = torch.tensor(seq)
-                    attention[i, : len(seq)] = 1
-                    keep[i, prompt_lens[i] - 1 : len(seq) - 1] = True  # position t predicts token t + 1
-                kw = dict(input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False)
                 if fused:  # the very head (and float rounding) TRL's loss will use
-                    labels = kw["input_ids"].masked_fill(~keep.roll(1, dims=1).to(device), -100)
-                    sums = model(**kw, labels=labels, fused_lm_head=True).log_probs.sum(1).tolist()
+                    sums = fused_logprob_sums(model, seqs, prompt_lens)
                 else:
-                    if ROW_KEEP:
-                        logits = model(**kw, logits_to_keep=keep.to(device)).logits
-                    else:
-                        logits = model(**kw).logits[keep.to(device)]
-                    targets = torch.tensor([t for i, s in enumerate(seqs) for t in s[prompt_lens[i]:]], device=device)
-                    picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None])[:, 0]
-                    lens = [len(s) - p for s, p in zip(seqs, prompt_lens, strict=True)]
-                    sums = [s.sum().item() for s in torch.split(picked, lens)]
+                    sums = completion_logprob_sums(model, seqs, prompt_lens, use_cache=False)
                 chosen += sums[: len(batch)]
                 rejected += sums[len(batch) :]
     finally:
         model.train(was_training)
     return chosen, rejected
+
+
+def fused_logprob_sums(model, seqs: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> list[float]:
+    """`completion_logprob_sums` through TRL's fused log-prob head: right-padded rows, labels on the
+    tokens after each prompt, -100 elsewhere."""
+    device = next(model.parameters()).device
+    input_ids, attention, keep = right_padded(seqs, prompt_lens)
+    labels = input_ids.masked_fill(~keep.roll(1, dims=1), -100)  # each kept position's next token
+    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device),
+                use_cache=False, fused_lm_head=True)
+    return out.log_probs.sum(1).tolist()
 
 
 def _mean(history: list[dict], key: str) -> float | None:
@@ -341,10 +331,6 @@ def labelled_positions_only() -> Iterator[None]:
 
 def cpu_fast_paths(model, enabled: bool = True):
     """What a CPU step runs under: the shared prompt, labelled positions only, and native GQA."""
-    from contextlib import ExitStack
-
-    from selfplay.models.hf import native_gqa
-
     stack = ExitStack()
     stack.enter_context(prompt_shared_once(model, enabled=enabled))
     if next(model.parameters()).device.type == "cpu":

@@ -32,40 +32,14 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from peft.utils import load_peft_weights
 from tqdm.auto import tqdm
-from transformers import DynamicCache, GenerationConfig, StaticCache, modeling_utils
+from transformers import DynamicCache, GenerationConfig, StaticCache
 from transformers.cache_utils import StaticLayer
 
 from selfplay.models import chat
 from selfplay.models.backend import Completion, check_sampling, completion_ids
 from selfplay.models.config import LoraSettings, PolicyConfig
+from selfplay.models.forward import ROW_KEEP, completion_logprob_sums, native_gqa
 from selfplay.models.loading import load_model
-
-# Per-row `logits_to_keep` (a 2-D tensor of positions or a boolean mask) came with transformers'
-# `slice_logits_to_keep`; older releases, such as the <5.20 that vLLM 0.32 pins, index with it as if
-# 1-D, so there the last k positions are kept and picked out here.
-ROW_KEEP = hasattr(modeling_utils, "slice_logits_to_keep")
-
-
-@contextmanager
-def native_gqa() -> Iterator[None]:
-    """Attention reads the few KV heads as they are (SDPA's `enable_gqa`) instead of copying each one
-    out to every query head it serves. transformers does the copy whenever a mask is given, for CUDA's
-    sake; torch's CPU flash kernel takes a mask with GQA, so there the copy is pure cost: 3x the KV
-    bytes moved at every decode step and held for backward in DPO. The switch is transformers' own
-    (TRANSFORMERS_SDPA_FORCE_GQA), read at each attention call; outputs equal the copying path
-    (tests/test_models.py)."""
-    import os
-
-    key = "TRANSFORMERS_SDPA_FORCE_GQA"
-    before = os.environ.get(key)
-    os.environ[key] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[key]
-        else:
-            os.environ[key] = before
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -239,26 +213,9 @@ class HFBackend:
         todo = [i for i in range(len(p_ids)) if c_ids[i]]  # an empty completion has log-prob 0
         with self._inference(adapter):
             for batch in self._batches(todo, "sequence log-probs"):
-                seqs = [p_ids[i] + c_ids[i] for i in batch]
-                width = max(map(len, seqs))
-                input_ids = torch.full((len(seqs), width), self._pad_id, dtype=torch.long)
-                attention = torch.zeros((len(seqs), width), dtype=torch.long)
-                keep = torch.zeros((len(seqs), width), dtype=torch.bool)
-                for row, (i, seq) in enumerate(zip(batch, seqs, strict=True)):
-                    input_ids[row, : len(seq)] = torch.tensor(seq)
-                    attention[row, : len(seq)] = 1
-                    # the logits at position t predict token t + 1
-                    keep[row, len(p_ids[i]) - 1 : len(seq) - 1] = True
-                kw = dict(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device))
-                if ROW_KEEP:
-                    logits = self.model(**kw, logits_to_keep=keep.to(self.device)).logits
-                else:  # the last k positions hold every kept one
-                    k = width - min(len(p_ids[i]) for i in batch) + 1
-                    logits = self.model(**kw, logits_to_keep=k).logits[keep[:, -k:].to(self.device)]
-                targets = torch.tensor([t for i in batch for t in c_ids[i]], device=self.device)
-                picked = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None])[:, 0]
-                sums = torch.split(picked, [len(c_ids[i]) for i in batch])
-                out[batch] = [s.sum().item() for s in sums]
+                out[batch] = completion_logprob_sums(
+                    self.model, [p_ids[i] + c_ids[i] for i in batch], [len(p_ids[i]) for i in batch],
+                    temperature=temperature, pad_id=self._pad_id, row_keep=ROW_KEEP)
         return out
 
     def adapter_disabled(self):
