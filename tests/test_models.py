@@ -465,3 +465,62 @@ def test_static_cache_sampling_equals_the_dynamic_cache(arch, monkeypatch):
     kw = dict(n=3, temperature=1.0, max_new_tokens=8, seed=5)
     assert fast.sample(prompts, **kw) == plain.sample(prompts, **kw)
     assert handed and set(handed) == {StaticCache}
+
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_packed_layers_match_the_adapter_state_to_float32_rounding(arch):
+    """Logits of a decode-sized input through the packed layers (adapter folded in): within 2e-5 of
+    PEFT's own forward, with a non-zero adapter on and with it off, and again after the adapter is
+    replaced in place (the fold follows it); a prefill-sized input takes PEFT's forward itself."""
+    from selfplay.models.packed import PackedLinears
+
+    b = make_backend(arch)
+    ids = torch.tensor([b.encode(judge_prompts(b)[:1])[0]])
+    short, long = ids[:, -4:], ids[:, -20:]
+    packed = PackedLinears(max_rows=4)
+    for seed in (1, 2):
+        perturb_lora(b.model, seed, scale=0.2)
+        on_off = []
+        for adapter in (True, False):
+            with b._inference(adapter):
+                ref, ref_long = b.model(input_ids=short).logits, b.model(input_ids=long).logits
+                with packed.active(b.model):
+                    got, got_long = b.model(input_ids=short).logits, b.model(input_ids=long).logits
+            torch.testing.assert_close(got, ref, atol=2e-5, rtol=0)
+            assert torch.equal(got_long, ref_long)
+            on_off.append(ref)
+        assert (on_off[0] - on_off[1]).abs().max() > 1e-2  # the adapter is no no-op here
+    assert not [m for m in b.model.modules() if "forward" in vars(m)]  # plain layers again
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_packed_decode_gives_the_plain_greedy_tokens(arch, monkeypatch):
+    """Through the backend, packed decoding (the CPU default) against the plain PEFT layers with a
+    non-zero adapter: the same greedy tokens with the adapter on and off, and after the adapter is
+    replaced; the packed op ran on decode-sized inputs. (Samples are not compared token for token:
+    the tiny random models' near-uniform next-token distributions let float32 rounding change a draw.)"""
+    from selfplay.models import packed
+
+    if not packed.available():
+        pytest.skip("torch built without oneDNN")
+    b = make_backend(arch)  # one model, so both paths share the adapter's random A matrices
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, *a: calls.append(x.shape) or real(x, *a))
+    prompts = judge_prompts(b)[:3]
+    texts = []
+    for seed in (1, 2):
+        perturb_lora(b.model, seed, scale=0.2)
+        for adapter in (True, False):
+            b.packed_decode, before = False, len(calls)
+            plain = b.greedy(prompts, max_new_tokens=8, adapter=adapter)
+            assert len(calls) == before
+            b.packed_decode = True
+            fast = b.greedy(prompts, max_new_tokens=8, adapter=adapter)
+            assert [(t, t.token_ids) for t in fast] == [(t, t.token_ids) for t in plain]
+            texts.append(fast)
+    assert texts[0] != texts[1] and texts[0] != texts[2]  # adapter off and a new adapter both show
+    assert calls and max(s.numel() // s[-1] for s in calls) <= packed.PackedLinears().max_rows
+    kw = dict(n=3, temperature=1.0, max_new_tokens=6, seed=5)
+    assert b.sample(prompts, **kw) == b.sample(prompts, **kw)

@@ -40,6 +40,8 @@ from selfplay.models.backend import Completion, check_sampling, completion_ids
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.forward import ROW_KEEP, completion_logprob_sums, native_gqa
 from selfplay.models.loading import load_model
+from selfplay.models.packed import PackedLinears
+from selfplay.models.packed import available as packed_available
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -96,6 +98,7 @@ class HFBackend:
         # against 68 s without, back to back on one 2-core machine; DPO keeps it (dpo.py, bench P7)
         native_gqa: bool = False,
         static_cache: bool = True,
+        packed_decode: bool = True,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -119,6 +122,8 @@ class HFBackend:
         self.share_prefill = share_prefill
         self.native_gqa = native_gqa
         self.static_cache = static_cache
+        self.packed_decode = packed_decode
+        self._packed = PackedLinears()
         self.device = next(model.parameters()).device
         params = inspect.signature(type(model.get_base_model()).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -304,7 +309,7 @@ class HFBackend:
         config = base_config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=self._pad_id,
                                                 eos_token_id=eos, **gen)
         texts: list[str] = []
-        with self._inference(adapter):
+        with self._inference(adapter), self._decode_kernels():
             for batch in self._batches(range(len(ids)), "generate", per_batch):
                 input_ids, attention = self._left_pad([ids[i] for i in batch])
                 kw = {}
@@ -328,6 +333,13 @@ class HFBackend:
         rows = [row[:k] for row, k in zip(new.tolist(), lengths, strict=True)]
         decoded = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
         return [Completion(t, f, ids) for t, f, ids in zip(decoded, finished.tolist(), rows, strict=True)]
+
+    def _decode_kernels(self):
+        """On a CPU, decode steps run the linear layers on oneDNN-prepacked weights with the LoRA
+        adapter folded in (packed.py); `packed_decode=False` is the plain path, kept as the reference."""
+        if self.packed_decode and self.device.type == "cpu" and packed_available():
+            return self._packed.active(self.model)
+        return nullcontext()
 
     def _shared_prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, n: int, max_new_tokens: int):
         """Prefill each prompt once for its n samples: all but the last prompt token go through the
