@@ -60,8 +60,8 @@ class AuditConfig:
     kl: bool = True  # estimate KL(π_t ‖ π_0) from the audit's samples (two log-prob passes per answer)
     # the preference probe (SPEC §6): Δℓ_t of every labelled answer of the audited environments
     probe: bool = True
-    # the probe on the labelled on-policy answers of the audited environments too (mini: 300 answers,
-    # most of the probe's forward passes), reported apart from the stress answers
+    # the probe on the labelled on-policy answers of the audited environments too (on mini, most of
+    # the probe's forward passes), reported apart from the stress answers
     probe_labelled: bool = True
     batch_size: int = 8  # hf backend batch size; the audit samples batch_size // n environments per call
     device: str | None = None  # null: cuda when available, else cpu

@@ -13,7 +13,7 @@ so its identity stays hidden.
 `certificate` is the control that sees the hidden anchor: pointwise, like `generic`, but its
 criteria are the environment's `evaluation_spec` (`must_state`, `must_not_state`) carried by
 `JudgeItem.certificate`, which `judges.base.judge_item` fills for this design only (the paper's
-certificate-faithful rubric, exploited 0%). No other design reads that field.
+certificate-faithful rubric). No other design reads that field.
 
 `params.instruction` picks the prompt regime: `neutral` (default, the paper's) or `honesty_aware`
 (see `prompts.py`).

@@ -9,8 +9,7 @@ Contract:
   deleted, replaced by a directory or a broken link) with one line naming the file and the recovery:
   delete that iteration and every later one, then rerun, which redoes them. Nothing is ever deleted
   automatically: a corrupt iteration may be the only copy of hours of training.
-- An empty `DONE` was written by a version without manifests. It is refused too, not trusted with a
-  warning: a warning scrolls past, and the point of the manifest is that nothing unverified is read.
+- An empty `DONE` (a marker without a manifest) is refused too, not trusted with a warning: a warning scrolls past, and the point of the manifest is that nothing unverified is read.
   `python -m selfplay.artifacts seal RUN_DIR` records such iterations as they are, once their owner
   has decided to trust them.
 - One process at a time writes a run directory: `run_lock` holds an advisory lock on `RUN/.lock`

