@@ -1,6 +1,6 @@
 """`make bench`: speed and memory ratios of the parts, each measured within one run on this machine.
 
-    python -m bench.run [--out bench/results.json] [--quick]
+    python -m bench.run [--out bench/results.json] [--quick] [--only P8]
 
 Ratios, not absolute times, because shared CPU machines are noisy (and differ from one another): both
 sides of every ratio are measured in the same process minutes apart, each timed as the median of
@@ -21,8 +21,8 @@ P7  DPO wall s per pair (default training settings, the whole `dpo_step`) ÷ FLO
     N the base model's parameters) at M's matmul rate
 P8  sampling wall time for k answers of one prompt ÷ (one prefill of the prompt at P1's plain prefill
     rate + each decode step at M's bandwidth: all weights and the batch's KV cache read once per step);
-    the detail also times the model's own weight matrices through `F.linear` at k rows, the rate
-    the matmuls of a decode step reach on this machine
+    the detail also times the model's own weight matrices at k rows through `F.linear` and
+    through the oneDNN-packed op that CPU decoding uses: the rates the matmuls of a decode step reach
 S   iteration wall time at 2× the train environments ÷ at 1×
 """
 
@@ -87,21 +87,27 @@ def plain_prefill(model, seqs: list[list[int]], batch: int) -> None:
         model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
 
 
-def p1_p3(be, envs, repeats: int) -> dict:
+def judge_prompts_and_prefill(be, envs, repeats: int):
+    """P1's judge, items and prompt token ids, and the plain prefill time of those ids: a fresh
+    adapter is a no-op, so the plain base forward, on the attention kernel the backend itself runs
+    (KV heads read natively)."""
     from judges import build_judge
-    from judges.scoring import flat_ids, verdict_token_ids
     from selfplay.models.hf import native_gqa
 
     judge = build_judge("generic", be, identity="bench")
     items = judge_items(envs[:4], per_env=3)
-    prompts = [p for it in items for p in judge.prompts_for(it, None)]
-    seqs = be.encode(prompts)
-    tokens = sum(map(len, seqs))
-    t_judge = median_time(lambda: judge.score(items), repeats)
-    # a fresh adapter is a no-op; plain base forward for the baseline, on the attention kernel the
-    # backend itself runs (KV heads read natively)
+    seqs = be.encode([p for it in items for p in judge.prompts_for(it, None)])
     with be.adapter_disabled(), native_gqa():
         t_prefill = median_time(lambda: plain_prefill(be.model, seqs, be.batch_size), repeats)
+    return judge, items, seqs, t_prefill
+
+
+def p1_p3(be, envs, repeats: int) -> dict:
+    from judges.scoring import flat_ids, verdict_token_ids
+
+    judge, items, seqs, t_prefill = judge_prompts_and_prefill(be, envs, repeats)
+    tokens = sum(map(len, seqs))
+    t_judge = median_time(lambda: judge.score(items), repeats)
 
     # P3's comparison judge: the same prompt, a 128-token greedy rationale, then the verdict read
     verdict_ids = flat_ids(verdict_token_ids(be.tokenizer, [str(i) for i in range(1, 6)]))
@@ -263,12 +269,20 @@ def p8(be, m: dict, prefill_rate: float, repeats: int, k: int, max_new_tokens: i
     with torch.inference_mode():
         t_linear = median_time(lambda: [torch.nn.functional.linear(rows[w.shape[1]], w) for w in mats], repeats)
     linear_rate = sum(w.numel() * 4 for w in mats) / t_linear
+    # the same matrices on the oneDNN-packed weights that sampling decodes with on a CPU (packed.py)
+    packed = [(torch.ops.mkldnn._reorder_linear_weight(w.detach(), k), w.shape[1]) for w in mats]
+    with torch.inference_mode():
+        t_packed = median_time(lambda: [torch.ops.mkldnn._linear_pointwise(rows[i], p, None, "none", [], "")
+                                        for p, i in packed], repeats)
+    del packed
     return {"P8_sampling_over_bound": t / ideal,
             "P8_detail": {"k": k, "prompt_tokens": plen, "decode_steps": steps, "cut_at_budget": sum(cut),
                           "sample_s": t, "bound_s": ideal, "prefill_bound_s": plen / prefill_rate,
                           "decode_bound_s": decode_bytes / m["read_bytes_per_s"],
+                          "packed_decode": be.packed_decode,
                           "decode_linear_bytes_per_s": linear_rate,
-                          "decode_s_at_linear_rate": decode_bytes / linear_rate}}
+                          "decode_s_at_linear_rate": decode_bytes / linear_rate,
+                          "decode_packed_bytes_per_s": sum(w.numel() * 4 for w in mats) / t_packed}}
 
 
 def rss_kb() -> int:
@@ -350,12 +364,15 @@ GOALS = {"P1_judge_over_prefill_tokens_per_s": (">=", 0.8), "P2_k8_reuse_over_to
 def main(argv: list[str] | None = None) -> int:
     global POLICY
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
+    ap.add_argument("--out", help="results file (default bench/results.json; with --only, none)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller budgets (a smoke run)")
     ap.add_argument("--policy", default=POLICY, help="policy config name (a tiny one for a smoke run)")
+    ap.add_argument("--only", choices=["P8"], help="machine bounds, the prefill rate and this ratio alone")
     ap.add_argument("--dpo-memory", choices=["initial", "previous"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.out is None and not args.only:
+        args.out = str(REPO / "bench" / "results.json")
     POLICY = args.policy
     if args.dpo_memory:  # P4's child process
         print(json.dumps(dpo_memory(args.dpo_memory)))
@@ -365,35 +382,44 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     results: dict = {"commit": commit, "machine": {"cpus": torch.get_num_threads(), "python": platform.python_version(),
                                                     "torch": torch.__version__}, "policy": POLICY}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
 
     def measured(part: dict) -> None:  # written as it comes, so a failing part keeps the others
         results.update(part)
         results["goals"] = {k: {"goal": f"{op} {v}", "value": results[k],
                                 "met": (results[k] >= v) if op == ">=" else (results[k] <= v)}
                             for k, (op, v) in GOALS.items() if k in results}
-        out.write_text(json.dumps(results, indent=2) + "\n")
+        if out:
+            out.write_text(json.dumps(results, indent=2) + "\n")
 
     envs = mini_envs()
     be = backend()
     results["machine"] |= machine(be.model, args.repeats)
-    measured(p1_p3(be, envs, args.repeats))
-    rate = results["P1_detail"]["prefill_tokens_per_s"]
-    measured(p2(be, envs, rate, args.repeats))
     k, tokens = (2, 24) if args.quick else (4, 48)
-    measured(p8(be, results["machine"], rate, args.repeats, k, tokens))
-    measured(p7(be, results["machine"], args.repeats))
-    del be
-    measured(p4())
-    measured(p5_scaling(args.quick))
-    measured({"peak_rss_mb_bench_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    if args.only == "P8":
+        _, _, seqs, t_prefill = judge_prompts_and_prefill(be, envs, args.repeats)
+        measured(p8(be, results["machine"], sum(map(len, seqs)) / t_prefill, args.repeats, k, tokens))
+    else:
+        measured(p1_p3(be, envs, args.repeats))
+        rate = results["P1_detail"]["prefill_tokens_per_s"]
+        measured(p2(be, envs, rate, args.repeats))
+        measured(p8(be, results["machine"], rate, args.repeats, k, tokens))
+        measured(p7(be, results["machine"], args.repeats))
+        del be
+        measured(p4())
+        measured(p5_scaling(args.quick))
+        measured({"peak_rss_mb_bench_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     print(f"{'ratio':48s} {'value':>8s}  goal")
     for key, value in results.items():
         if key[0] in "PS" and isinstance(value, float):
             goal = results["goals"].get(key, {}).get("goal", "")
             print(f"{key:48s} {value:8.3f}  {goal}")
-    print(f"wrote {args.out}")
+    if out:
+        print(f"wrote {out}")
+    else:
+        print(json.dumps({k: v for k, v in results.items() if k != "goals"}, indent=2))
     return 0
 
 
