@@ -111,12 +111,14 @@ bench: install
 	$(PY) -m bench.run
 
 # The loop on one CUDA GPU (experiments/README.md): selfplay.train for 2 iterations and audit.gap on
-# random Qwen3-4B-shaped weights, ~5 minutes. On a machine with torch, transformers and peft but no
+# random Qwen3-4B-shaped weights (its two commands share an 8-minute budget). On a machine with torch, transformers and peft but no
 # network: copy the repository with $(WHEELHOUSE)/ (`make wheelhouse` where there is one) and run
 # `make gpu-check PY=python3`; the script installs the rest from the wheelhouse first.
+# GPU_CHECK_ARGS adds options, e.g. GPU_CHECK_ARGS="--out DIR/gpu_check.json".
 WHEELHOUSE := wheelhouse
+GPU_CHECK_ARGS ?=
 gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),install)
-	$(PY) experiments/gpu_check.py $(if $(wildcard $(WHEELHOUSE)/requirements.txt),--wheelhouse $(WHEELHOUSE))
+	$(PY) experiments/gpu_check.py $(if $(wildcard $(WHEELHOUSE)/requirements.txt),--wheelhouse $(WHEELHOUSE)) $(GPU_CHECK_ARGS)
 
 # What that machine lacks, at the pins of $(CPU_LOCK): the pure-Python wheels and the tokenizer
 # the random policy gets, within the 64 MiB that travel (experiments/wheelhouse.py).
