@@ -111,9 +111,10 @@ bench: install
 	$(PY) -m bench.run
 
 # The loop on one CUDA GPU (experiments/README.md): selfplay.train for 2 iterations and audit.gap on
-# random Qwen3-4B-shaped weights (its two commands share an 8-minute budget). On a machine with torch, transformers and peft but no
-# network: copy the repository with $(WHEELHOUSE)/ (`make wheelhouse` where there is one) and run
-# `make gpu-check PY=python3`; the script installs the rest from the wheelhouse first.
+# random Qwen3-4B-shaped weights, the two commands within an 8-minute budget. On a machine with
+# torch, transformers and peft but no network: copy the repository with $(WHEELHOUSE)/ (`make
+# wheelhouse` where there is one) and run `make gpu-check PY=python3`; the script installs the rest
+# from the wheelhouse first.
 # GPU_CHECK_ARGS adds options, e.g. GPU_CHECK_ARGS="--out DIR/gpu_check.json".
 WHEELHOUSE := wheelhouse
 GPU_CHECK_ARGS ?=
