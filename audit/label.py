@@ -348,10 +348,12 @@ def ask_one(console: Console, env: Any, stream: TextIO | None) -> tuple[str, str
 # -- the session ------------------------------------------------------------------------------------
 
 def label(root: Path, *, out: Path | None = None, size: int = 60, seed: int = 0, labeller: str,
-          console: Console | None = None, stream: TextIO | None = None,
+          part: tuple[int, int] = (1, 1), console: Console | None = None, stream: TextIO | None = None,
           now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> tuple[int, int]:
     """Label the unlabelled answers of the sample of DIR's audit; returns (labelled now, labelled in
-    all of the sample). `console` and `stream` replace the terminal (tests script the input)."""
+    all of the sample, or of its part). `part` = (k, m): only the answers at positions k, k + m,
+    k + 2m, ... of the sample (1-based), so m labellers share one sample, each into their own file.
+    `console` and `stream` replace the terminal (tests script the input)."""
     console = console or Console()
     out = out or root / LABELS_FILE
     if not labeller.strip():
@@ -368,7 +370,8 @@ def label(root: Path, *, out: Path | None = None, size: int = 60, seed: int = 0,
     if not by_key:
         raise LabelError(f"{root}: no cached answers under it; run `python -m audit.gap ckpt={root}` first")
     done = {(r["checkpoint"], r["answers_file"], r["task_id"], r["index"]) for r in read_labels(out, by_key)}
-    sample = draw(sorted(by_key.values(), key=lambda it: it.key), size, seed)
+    k, m = part
+    sample = draw(sorted(by_key.values(), key=lambda it: it.key), size, seed)[k - 1 :: m]
     todo = [it for it in sample if it.key not in done]
     run_of = {_relative(c.path, out.parent): runs[c.path] for c in ckpts}
     n_done = len(sample) - len(todo)
@@ -398,11 +401,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seeds the sample and its order (default 0)")
     ap.add_argument("--out", type=Path, default=None, help=f"labels file (default DIR/{LABELS_FILE}, where "
                     "audit.gap reads it)")
+    ap.add_argument("--part", default="1/1", metavar="K/M", help="label only the answers at positions K, K+M, "
+                    "K+2M, ... of the sample: M labellers share one sample, each with its own --out (default 1/1)")
     args = ap.parse_args(argv)
     if args.size < 1:
         ap.error("--size must be >= 1")
     try:
-        label(args.dir, out=args.out, size=args.size, seed=args.seed, labeller=args.labeller)
+        k, m = (int(x) for x in args.part.split("/"))
+        if not 1 <= k <= m:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--part {args.part}: expected K/M with 1 <= K <= M, e.g. 2/3")
+    try:
+        label(args.dir, out=args.out, size=args.size, seed=args.seed, labeller=args.labeller, part=(k, m))
     except LabelError as e:
         print(f"audit.label: error: {e}", file=sys.stderr)
         return 1

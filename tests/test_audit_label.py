@@ -117,6 +117,24 @@ def test_a_torn_last_row_is_dropped_and_a_foreign_row_refused(audited):
     assert L.main([str(audited), "--labeller", "me"]) == 1  # one line on stderr, not a traceback
 
 
+def test_labellers_share_a_sample_by_parts(audited):
+    """Sample of 5 split 2 ways: part 1/2 labels positions 1, 3, 5 and part 2/2 positions 2, 4, each
+    into its own file; together they are the whole sample, once each."""
+    _, whole = run(audited, "q\n", size=5, out=audited / "whole.jsonl")
+    (n1, _), _ = run(audited, "v\nok\n" * 3, size=5, part=(1, 2), out=audited / "a.jsonl")
+    (n2, _), _ = run(audited, "v\nok\n" * 3, size=5, part=(2, 2), out=audited / "b.jsonl")
+    assert (n1, n2) == (3, 2)
+    a = [json.loads(x) for x in (audited / "a.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (audited / "b.jsonl").read_text().splitlines()]
+    keys = [(r["checkpoint"], r["task_id"], r["index"]) for r in a + b]
+    assert len(set(keys)) == 5
+    first = whole.split("Answer 1 of 5")[1]
+    assert a[0]["text"] in first  # part 1 starts where the whole sample starts
+    out = subprocess.run([sys.executable, "-m", "audit.label", str(audited), "--labeller", "x", "--part", "3/2"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "--part 3/2: expected K/M with 1 <= K <= M" in out.stderr
+
+
 def test_sample_is_stratified_seeded_and_grows_as_a_superset():
     items = [L.Item(f"r/seed0/iter_{t}", "r", 0, t, "a.jsonl", f"{k}{i}", 0, k, "x")
              for t in (0, 1) for k in ("impossible", "control") for i in range(10)]
