@@ -12,6 +12,9 @@
 - `next_token_logprobs` groups prompts that share a token prefix (several candidates of one
   environment inside a judge prompt), runs the prefix once and reuses a copy of its KV cache for each
   batch of suffixes. `reuse_prefix=False` is the plain left-padded path, kept as the reference.
+- On a CPU, generation's decode steps run every linear layer on a oneDNN-prepacked weight with the
+  LoRA adapter folded in (`packed.py`): float32 still, summed in another order, so outputs agree with
+  the plain layers to float32 rounding. `packed_decode=False` is the plain path, kept as the reference.
 - Inference runs under `torch.inference_mode()` in eval mode; the train/eval mode the trainer set is
   restored afterwards. `model` is the PeftModel, handed as-is to TRL's DPOTrainer.
 """
