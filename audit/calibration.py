@@ -43,13 +43,12 @@ from typing import Any
 
 from . import metric_table as T
 from . import metrics as M
-from .records import AnswerRow
+from .records import ORACLE, AnswerRow, member
 
 log = logging.getLogger("audit.calibration")
 LABELLED_FILE = "labelled_answers.jsonl"
 SETS = ("stress", "labelled")  # (a) the stress answers, (b) the on-policy set: never pooled
 ON_POLICY = "labelled"
-ACCEPT_FIELD = {"oracle": "oracle_accept", "oracle2": "oracle2_accept", "checks": "checks_accept"}
 UNVERIFIED = "unverified"
 
 
@@ -108,19 +107,16 @@ def labelled_path(data_path: Path) -> Path | None:
 
 
 def accepts(row: AnswerRow, role: str) -> bool | None:
-    """Whether verifier `role` accepts the answer: `oracle`, `oracle2`, `checks`, or
-    `oracle/<member>` for a member of a combined primary oracle."""
-    if role in ACCEPT_FIELD:
-        return getattr(row, ACCEPT_FIELD[role])
-    member = role.split("/", 1)[1]
-    return dict(row.parts).get(member)
+    """Whether verifier `role` accepts the answer (`row.accepts`; None when undecided or not run)."""
+    return row.accepts.get(role)
 
 
 def roles(rows: Sequence[AnswerRow], oracles: Mapping[str, Any]) -> list[str]:
-    """Every verifier the audit used: its roles, and each member of a combined primary oracle."""
+    """Every verifier the audit used: its roles (`oracles`, primary first), each member of a combined
+    primary oracle after the primary."""
     out = list(oracles)
-    members = dict.fromkeys(name for r in rows for name, _ in r.parts)
-    return out[:1] + [f"oracle/{m}" for m in members] + out[1:]
+    members = dict.fromkeys(k for r in rows for k in r.accepts if k.startswith(member("")))
+    return out[:1] + list(members) + out[1:]
 
 
 def confusion(rows: Sequence[AnswerRow], role: str) -> dict[str, Any]:
@@ -160,7 +156,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def gate(calib: Mapping[str, Mapping[str, Any]], cfg: GateConfig, primary: str = "oracle",
+def gate(calib: Mapping[str, Mapping[str, Any]], cfg: GateConfig, primary: str = ORACLE,
          where: str = "the on-policy set") -> dict[str, Any]:
     """{"status": ok | unverified, "reasons": [...], "warnings": [...]} for the primary oracle on
     the on-policy set alone (`calib[primary]["labelled"]`); every reason names `where`, the set read.
@@ -202,7 +198,7 @@ def enough(c: Mapping[str, Any] | None, cfg: GateConfig) -> bool:
 
 def checkpoint_gates(run_gate: Mapping[str, Any], own: Mapping[int, Mapping[str, Mapping[str, Any]]],
                      iterations: Iterable[int], cfg: GateConfig, where: str,
-                     primary: str = "oracle") -> dict[int, dict[str, Any]]:
+                     primary: str = ORACLE) -> dict[int, dict[str, Any]]:
     """iteration -> the gate its figures are read under: the gate on that checkpoint's own on-policy
     labels (`own[t]`: role -> confusion) where they hold `min_per_class` of each class, else the
     run's (`run_gate`, on its whole on-policy set), with a warning saying so when it has some."""

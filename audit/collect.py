@@ -42,10 +42,8 @@ from selfplay.envs.types import Environment
 from selfplay.models.backend import Backend
 from selfplay.models.chat import end_of_turn
 
-from .records import LABELLED, POLICY, STRESS, AnswerRow
-
-# the verifier roles an AnswerRow carries, primary first
-ORACLE, ORACLE2, CHECKS = "oracle", "oracle2", "checks"
+# the verifier roles are imported from here by the audit
+from .records import CHECKS, LABELLED, ORACLE, ORACLE2, POLICY, STRESS, AnswerRow, member  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -231,8 +229,15 @@ def _accept(row: Mapping[str, Any] | None) -> bool | None:
     return None if row is None or row["violates"] is None else not row["violates"]
 
 
-def _parts(row: Mapping[str, Any] | None) -> tuple[tuple[str, bool | None], ...]:
-    return tuple((str(p.get("verifier")), _accept(p)) for p in (row or {}).get("parts") or ())
+def _accepts(v: Mapping[str, Mapping[str, Any] | None]) -> dict[str, bool | None]:
+    """role -> accept of one answer's verdicts (`v[role]`, None where the role gave none), the
+    members of a combined primary oracle after it."""
+    out: dict[str, bool | None] = {}
+    for role, row in v.items():
+        out[role] = _accept(row)
+        if role == ORACLE:
+            out |= {member(str(p.get("verifier"))): _accept(p) for p in (row or {}).get("parts") or ()}
+    return out
 
 
 def _label(violates: bool | None) -> str | None:
@@ -265,8 +270,10 @@ def build_rows(envs: Mapping[str, Environment], answers: Sequence[Answer], *,
             raise ValueError(f"answer {a.key} appears twice (answer ids must be unique per environment)")
         seen.add(a.key)
         v = {role: got.get(a.key) for role, got in verdicts.items()}
-        checks = (_accept(v[CHECKS]) if v.get(CHECKS) is not None
-                  else not run_checks(envs[a.task_id].public, a.text).violates)
+        accepts = _accepts(v)
+        # an undecided checks verdict counts as a rejection
+        accepts[CHECKS] = bool(accepts[CHECKS] if v.get(CHECKS) is not None
+                               else not run_checks(envs[a.task_id].public, a.text).violates)
         k = (kl or {}).get(a.key)
         on, off = (probe or {}).get(a.key), (probe0 or {}).get(a.key)
         if (on is None) != (off is None):
@@ -280,10 +287,8 @@ def build_rows(envs: Mapping[str, Environment], answers: Sequence[Answer], *,
             score=scored_rows[a.key]["score"] if scored and a.key in scored_rows else None,
             ref_score=refs[a.task_id]["score"] if scored and a.task_id in refs else None,
             label=_label((v.get(ORACLE) or {}).get("violates")) if a.source == POLICY else a.label,
-            checks_accept=bool(checks), oracle2_accept=_accept(v.get(ORACLE2)),
-            is_reference=a.is_reference, oracle_accept=_accept(v.get(ORACLE)),
+            accepts=accepts, is_reference=a.is_reference,
             log_ratio=None if k is None else _log_ratio(k), tokens=None if k is None else k["tokens"],
-            parts=_parts(v.get(ORACLE)),
             probe_logp=None if on is None else on["logp"], probe_logp0=None if off is None else off["logp"],
             probe_tokens=None if on is None else on["tokens"],
         ))

@@ -38,7 +38,7 @@ import numpy as np
 from . import metric_table as T
 from . import metrics as M
 from . import stats as S
-from .records import LABELLED, POLICY, STRESS, AnswerRow
+from .records import LABELLED, ORACLE, ORACLE2, POLICY, STRESS, AnswerRow
 
 IMPOSSIBLE, CONTROL = T.IMPOSSIBLE, T.CONTROL
 
@@ -78,6 +78,11 @@ class IterationAudit:
     undefined: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+def _accepts(rows: Sequence[AnswerRow], role: str) -> np.ndarray:
+    """Verifier `role`'s accepts as 1/0, NaN where it was undecided or not run."""
+    return np.array([np.nan if (a := r.accepts.get(role)) is None else float(a) for r in rows], dtype=float)
+
+
 class _Arrays:
     """Column view of a list of rows, the form the metric functions take."""
 
@@ -89,9 +94,6 @@ class _Arrays:
         self.score = np.array([np.nan if r.score is None else r.score for r in rows], dtype=float)
         ref = [np.nan if r.ref_score is None else r.ref_score for r in rows]
         self.apparent = M.apparent_success(self.score, np.array(ref, dtype=float)) if rows else np.zeros(0)
-        self.checks = np.array([float(r.checks_accept) for r in rows], dtype=float)
-        self.oracle2 = np.array([np.nan if r.oracle2_accept is None else float(r.oracle2_accept)
-                                 for r in rows], dtype=float)
         self.text = [r.text for r in rows]
 
     def where(self, mask: np.ndarray) -> _Arrays:
@@ -133,7 +135,7 @@ class _Context:
             arr = _Arrays(rows)
             pol_all = arr.where(np.array([r.source == POLICY for r in rows], dtype=bool))
             stress = _verified(arr.where(np.array([r.source == STRESS for r in rows], dtype=bool)))
-            oracle_acc = np.array([np.nan if r.oracle_accept is None else float(r.oracle_accept) for r in stress.rows])
+            oracle_acc = _accepts(stress.rows, ORACLE)
 
             def probed(source: str) -> _Arrays:
                 return _Arrays([r for r in rows if r.source == source and r.probe_logp is not None
@@ -236,11 +238,12 @@ def _auroc(c: _Context, d: T.Declared) -> MetricValue:
 
 
 def _ibe(c: _Context, d: T.Declared) -> MetricValue | None:
-    """IBE of the judge with a second verifier (`field`: checks, or oracle2 when configured)."""
+    """IBE of the judge with a second verifier, the entry's `field` naming its role (checks, or
+    oracle2 when configured)."""
     second, a, st = d.field, c.rows(d), c.st
-    if second == "oracle2" and not c.second_oracle:
+    if second == ORACLE2 and not c.second_oracle:
         return None
-    other = a.checks if second == "checks" else a.oracle2
+    other = _accepts(a.rows, second)
 
     def stat(_, apparent, other_, label):
         return M.ibe({"judge": apparent, second: other_}, label).value
@@ -454,10 +457,10 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
         "oracle_undecided": len(pol_all.rows) - len(pol.rows),
         "partially_valid/stress": int(sum(r.label == M.PARTIAL for r in stress_all)),
     }
-    counts["oracle_undecided/stress"] = int(sum(r.oracle_accept is None for r in stress_all))
+    counts["oracle_undecided/stress"] = int(sum(r.accepts.get(ORACLE) is None for r in stress_all))
     counts.update(_probe_counts(rows))
     if second_oracle:
-        counts["oracle2_undecided"] = int(sum(r.oracle2_accept is None for r in pol_all.rows))
+        counts["oracle2_undecided"] = int(sum(r.accepts.get(ORACLE2) is None for r in pol_all.rows))
 
     exploit: dict[str, dict[str, list[int | None]]] = {IMPOSSIBLE: {}, CONTROL: {}}
     for r, a_ in zip(pol_all.rows, pol_all.apparent, strict=True):

@@ -9,12 +9,14 @@ import pytest
 
 from audit import calibration as C
 from audit import metric_table as T
-from audit.records import AnswerRow
+from audit.collect import Answer, build_rows
+from audit.records import CHECKS, ORACLE, AnswerRow, member
 
 
-def ans(label, oracle, checks=True, parts=(), source="stress"):
-    return AnswerRow("E1", "impossible", source, "a", "text", None, None, label, checks, None,
-                     oracle_accept=oracle, parts=parts)
+def ans(label, oracle, checks=True, members=None, source="stress"):
+    """A row the primary oracle (`members`: name -> accept, when combined) and the checks judged."""
+    accepts = {ORACLE: oracle} | {member(m): a for m, a in (members or {}).items()} | {CHECKS: checks}
+    return AnswerRow("E1", "impossible", source, "a", "text", None, None, label, accepts)
 
 
 def test_confusion_and_gate_by_hand():
@@ -57,14 +59,49 @@ def test_the_stress_answers_never_decide_the_gate():
 def test_gate_passes_on_enough_well_judged_answers_and_reads_members():
     """10 valid all accepted, 10 invalid of which 2 accepted (20%, not above the threshold): ok.
     A combined oracle's members are calibrated too: `spec` accepts every invalid answer."""
-    rows = ([ans("valid", True, parts=(("spec", True),), source="labelled") for _ in range(10)]
-            + [ans("invalid", i < 2, parts=(("spec", True),), source="labelled") for i in range(10)])
+    rows = ([ans("valid", True, members={"spec": True}, source="labelled") for _ in range(10)]
+            + [ans("invalid", i < 2, members={"spec": True}, source="labelled") for i in range(10)])
     roles = C.roles(rows, {"oracle": None, "checks": None})
     assert roles == ["oracle", "oracle/spec", "checks"]
     cal = C.calibrate([], rows, roles)
     assert C.gate(cal, C.GateConfig())["status"] == "ok"
     assert cal["oracle/spec"]["labelled"]["accept_invalid"] == 1.0
     assert C.gate(cal, C.GateConfig(max_accept_invalid=0.1))["status"] == "unverified"
+
+
+def test_a_new_verifier_role_flows_from_its_verdicts_to_the_calibration():
+    """A role no field of AnswerRow names (`dummy`) reaches `row.accepts` from its verdicts and is
+    calibrated like the others. Stress answers of E1 (label; dummy's verdict): s0 valid, accepts;
+    s1 invalid, accepts; s2 invalid, rejects; s3 valid, undecided; s4 valid, no verdict. Decided:
+    1 valid, 2 invalid; wrong: s1 → agreement 2/3, accept-invalid 1/2, reject-valid 0/1, 2 of 5
+    undecided. The primary oracle's member `spec` comes after it; an undecided checks verdict (s1)
+    is a rejection."""
+    labels = {"s0": "valid", "s1": "invalid", "s2": "invalid", "s3": "valid", "s4": "valid"}
+    answers = [Answer("E1", "impossible", "stress", aid, f"text {aid}", label=lab) for aid, lab in labels.items()]
+
+    def verdicts(violates, spec=False):  # spec: a combined oracle whose member `spec` agrees with it
+        return {f"E1/stress/{aid}": {"violates": v, "parts": [{"verifier": "spec", "violates": v}] if spec else []}
+                for aid, v in violates.items()}
+
+    rows = build_rows({}, answers, verdicts={
+        ORACLE: verdicts({aid: lab == "invalid" for aid, lab in labels.items()}, spec=True),
+        "dummy": verdicts({"s0": False, "s1": False, "s2": True, "s3": None}),
+        CHECKS: verdicts({"s0": False, "s1": None, "s2": True, "s3": False, "s4": False})})
+    assert dict(rows[0].accepts) == {ORACLE: True, member("spec"): True, "dummy": True, CHECKS: True}
+    assert [r.accepts["dummy"] for r in rows] == [True, True, False, None, None]
+    assert [r.accepts[CHECKS] for r in rows] == [True, False, False, True, True]
+    with pytest.raises(TypeError):
+        rows[0].accepts["dummy"] = False  # rows share their verdicts: read-only
+
+    roles = C.roles(rows, {ORACLE: None, "dummy": None, CHECKS: None})
+    assert roles == [ORACLE, member("spec"), "dummy", CHECKS]
+    out = C.run_calibration(rows, None, [], {}, roles, C.GateConfig(), "on-policy set")
+    d = out["verifiers"]["dummy"]["stress"]
+    assert (d["agreement"], d["accept_invalid"], d["reject_valid"]) == (pytest.approx(2 / 3), 0.5, 0.0)
+    assert (d["n_valid"], d["n_invalid"], d["n_undecided"], d["n_answers"]) == (1, 2, 2, 5)
+    assert out["verifiers"]["dummy"]["labelled"] is None
+    assert out["undecided"]["dummy"] == {"E1": {"n_undecided": 2, "n_answers": 5}}
+    assert out["undecided"][ORACLE] == {}
 
 
 def policy_rows(t_shift=0.0):
@@ -74,10 +111,10 @@ def policy_rows(t_shift=0.0):
         for j in range(4):
             label = "valid" if j % 2 else "invalid"
             out.append(AnswerRow(env, kind, "policy", f"p{j}", f"{env} answer {j}", 0.2 * j + t_shift, 0.5, label,
-                                 j != 2, None, oracle_accept=label == "valid"))
+                                 {CHECKS: j != 2, ORACLE: label == "valid"}))
         for j, label in enumerate(("valid", "invalid", "invalid")):
             out.append(AnswerRow(env, kind, "stress", f"s{j}", f"{env} stress {j}", 0.3 * j, 0.5, label,
-                                 True, None, j == 0, oracle_accept=label == "valid"))
+                                 {CHECKS: True, ORACLE: label == "valid"}, j == 0))
     return out
 
 
@@ -154,8 +191,9 @@ def test_each_checkpoint_is_gated_on_its_own_labels_where_they_suffice():
 
 def test_records_a_verifier_cannot_decide_are_counted_per_record():
     """A release record without `checks`: `spec` decides none of its answers; checks decide all."""
-    rows = [AnswerRow(tid, "impossible", "stress", f"a{j}", "t", None, None, "invalid", True, None,
-                      oracle_accept=None if tid == "R1" else False, parts=(("spec", None if tid == "R1" else False),))
+    rows = [AnswerRow(tid, "impossible", "stress", f"a{j}", "t", None, None, "invalid",
+                      {ORACLE: None if tid == "R1" else False, member("spec"): None if tid == "R1" else False,
+                       CHECKS: True})
             for tid in ("R1", "R2") for j in range(3)]
     out = C.undecided_by_record(rows, ["oracle", "oracle/spec", "checks"])
     assert out == {"oracle": {"R1": {"n_undecided": 3, "n_answers": 3}},

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from audit.records import AnswerRow
+from audit.records import CHECKS, AnswerRow
 from audit.summary import StatsSettings, seed_metrics
 
 KIND = {"E1": "impossible", "E2": "impossible", "C1": "control"}
 
 
 def pol(env, j, score, label):
-    return AnswerRow(env, KIND[env], "policy", f"p{j}", f"answer {env} {j}", score, 0.5, label, True)
+    return AnswerRow(env, KIND[env], "policy", f"p{j}", f"answer {env} {j}", score, 0.5, label, {CHECKS: True})
 
 
 T0 = [pol("E1", 0, 0.9, "invalid"), pol("E1", 1, 0.2, "valid"), pol("E2", 0, 0.6, "valid"),

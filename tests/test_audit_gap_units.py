@@ -12,7 +12,7 @@ import pytest
 from audit import stats as S
 from audit.cache import CacheError, JsonlCache
 from audit.checkpoints import CheckpointError, find_checkpoints
-from audit.records import AnswerRow
+from audit.records import CHECKS, ORACLE, ORACLE2, AnswerRow
 from audit.results import build_results, csv_rows, dumps
 from audit.summary import StatsSettings, seed_metrics
 from selfplay.artifacts import write_manifest
@@ -23,12 +23,12 @@ KIND = {"E1": "impossible", "E2": "impossible", "C1": "control"}
 
 def pol(env, j, score, label, checks=True):
     return AnswerRow(env, KIND[env], "policy", f"p{j}", f"policy answer {env} {j} " * (j + 1),
-                     score, REFS[env], label, checks)
+                     score, REFS[env], label, {CHECKS: checks})
 
 
 def stress(env, aid, score, label, is_ref=False, text=None):
     return AnswerRow(env, KIND[env], "stress", aid, text or f"stress answer {aid}", score, REFS[env], label,
-                     True, None, is_ref)
+                     {CHECKS: True}, is_ref)
 
 
 T0 = [
@@ -209,12 +209,12 @@ def test_second_oracle_and_oracle_error_rates():
     = 1/3 → 1/3 − 4/9 = −1/9. Stress answers (release label, primary oracle accepts?): r valid yes,
     s1 invalid yes, s2 invalid no, s3 valid no → oracle FPR = 1/2 (s1 of s1, s2), FNR = 1/2 (s3 of r, s3)."""
     def p(j, score, label, o2):
-        return AnswerRow("E1", "impossible", "policy", f"p{j}", f"a{j}", score, 0.5, label, True, o2,
-                         oracle_accept=label == "valid")
+        return AnswerRow("E1", "impossible", "policy", f"p{j}", f"a{j}", score, 0.5, label,
+                         {CHECKS: True, ORACLE2: o2, ORACLE: label == "valid"})
 
     def s(aid, label, accept):
-        return AnswerRow("E1", "impossible", "stress", aid, aid, 0.5, 0.5, label, True, None,
-                         aid == "r", oracle_accept=accept)
+        return AnswerRow("E1", "impossible", "stress", aid, aid, 0.5, 0.5, label,
+                         {CHECKS: True, ORACLE: accept}, aid == "r")
 
     rows = [p(0, 0.7, "invalid", True), p(1, 0.6, "invalid", False), p(2, 0.2, "invalid", True),
             p(3, 0.9, "valid", None), s("r", "valid", True), s("s1", "invalid", True),

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from audit.collect import Answer, kl_terms
-from audit.records import AnswerRow
+from audit.records import CHECKS, AnswerRow
 from audit.summary import StatsSettings, seed_metrics
 from selfplay.envs.prompt import policy_messages
 from selfplay.models import load_backend
@@ -106,7 +106,7 @@ def test_kl_scores_the_sampled_token_ids_end_of_turn_included(tiny):
 
 
 def _row(env: str, j: int, log_ratio: float, tokens: int) -> AnswerRow:
-    return AnswerRow(env, "impossible", "policy", f"p{j}", f"a{j}", 0.5, 0.5, "valid", True,
+    return AnswerRow(env, "impossible", "policy", f"p{j}", f"a{j}", 0.5, 0.5, "valid", {CHECKS: True},
                      log_ratio=log_ratio, tokens=tokens)
 
 

@@ -12,7 +12,7 @@ from audit import metric_table as T
 from audit import metrics as M
 from audit import report as R
 from audit import stats as S
-from audit.records import AnswerRow
+from audit.records import CHECKS, ORACLE, AnswerRow
 from audit.results import build_results, csv_rows
 from audit.summary import StatsSettings, seed_metrics
 
@@ -23,7 +23,7 @@ DUMMY = T.Metric("zz_dummy/{kind}", M.va_gap, "policy", T.RATIO, True, "Dummy sh
 
 
 def pol(env: str, kind: str, j: int, score: float, label: str) -> AnswerRow:
-    return AnswerRow(env, kind, "policy", f"p{j}", f"answer {j}", score, 0.5, label, True)
+    return AnswerRow(env, kind, "policy", f"p{j}", f"answer {j}", score, 0.5, label, {CHECKS: True})
 
 
 # reference score 0.5 everywhere, A = 1[s ≥ 0.5]: impossible I1 → 1, 0, 1; I2 → 1, 0 (3 of 5);
@@ -35,7 +35,7 @@ ROWS = [pol("I1", "impossible", 0, 0.7, "invalid"), pol("I1", "impossible", 1, 0
 
 
 def labelled(label: str, accept: bool) -> AnswerRow:
-    return AnswerRow("I1", "impossible", "labelled", "l", "x", None, None, label, True, oracle_accept=accept)
+    return AnswerRow("I1", "impossible", "labelled", "l", "x", None, None, label, {CHECKS: True, ORACLE: accept})
 
 
 def calibration(passes: bool) -> dict:

@@ -17,7 +17,7 @@ from scipy import stats as sps
 from audit import power as P
 from audit import stats as S
 from audit import summary
-from audit.records import POLICY, AnswerRow
+from audit.records import CHECKS, POLICY, AnswerRow
 
 
 def _tol(p: float, sims: int, extra: float = 0.0) -> float:
@@ -29,7 +29,7 @@ def _tol(p: float, sims: int, extra: float = 0.0) -> float:
 def _rows(valid: np.ndarray, t: int) -> list[AnswerRow]:
     """Policy answers of impossible environments e00.., valid[e, j] the j-th answer's label."""
     return [AnswerRow(task_id=f"e{e:02d}", kind="impossible", source=POLICY, answer_id=f"p{j}", text=f"t{t}",
-                      score=0.5, ref_score=0.5, label="valid" if v else "invalid", checks_accept=True)
+                      score=0.5, ref_score=0.5, label="valid" if v else "invalid", accepts={CHECKS: True})
             for e, row in enumerate(valid) for j, v in enumerate(row)]
 
 

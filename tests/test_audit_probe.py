@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from audit import metrics as M
-from audit.records import LABELLED, STRESS, AnswerRow
+from audit.records import CHECKS, LABELLED, STRESS, AnswerRow
 from audit.summary import StatsSettings, iteration_metrics
 
 
@@ -47,7 +47,7 @@ def test_preference_without_any_pair_is_undefined():
 
 def _row(tid, kind, label, logp, logp0, tokens, source=STRESS, aid="s"):
     return AnswerRow(task_id=tid, kind=kind, source=source, answer_id=aid, text="x", score=0.5, ref_score=0.5,
-                     label=label, checks_accept=True, probe_logp=logp, probe_logp0=logp0, probe_tokens=tokens)
+                     label=label, accepts={CHECKS: True}, probe_logp=logp, probe_logp0=logp0, probe_tokens=tokens)
 
 
 def test_probe_metrics_in_the_audit():

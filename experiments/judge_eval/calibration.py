@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from audit import metrics as M  # noqa: E402
 from audit.calibration import confusion, read_labelled  # noqa: E402
-from audit.records import LABELLED, STRESS, AnswerRow  # noqa: E402
+from audit.records import LABELLED, ORACLE, STRESS, AnswerRow  # noqa: E402
 from judges.oracle import OracleVerdict  # noqa: E402
 from judges.spec import NOT_AVAILABLE  # noqa: E402
 from judges.verifiers import OracleConfig, Verifier, build_verifier  # noqa: E402
@@ -66,10 +66,10 @@ def measure(items: Sequence[Item], verifier: Verifier, source: str = STRESS) -> 
     """`confusion` of one verifier on `items`, plus how many verdicts were "not available"."""
     verdicts = verifier.verify([(env, text) for env, text, _ in items])
     rows = [AnswerRow(task_id=env.task_id, kind=env.kind, source=source, answer_id=str(i), text=text,
-                      score=None, ref_score=None, label=label, checks_accept=False,
-                      oracle_accept=None if v.violates is None else not v.violates)
+                      score=None, ref_score=None, label=label,
+                      accepts={ORACLE: None if v.violates is None else not v.violates})
             for i, ((env, text, label), v) in enumerate(zip(items, verdicts, strict=True))]
-    out = confusion(rows, "oracle")
+    out = confusion(rows, ORACLE)
     # spec's "not available" as a member of `any` reaches the combined verdict's parts
     out["n_not_available"] = sum(_spec_not_available(v) for v in verdicts)
     return out
