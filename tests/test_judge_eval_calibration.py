@@ -108,3 +108,25 @@ def test_unknown_task_id_names_the_file(tmp_path):
     lab.write_text(json.dumps({"task_id": "nope", "text": "x", "label": "valid"}) + "\n")
     with pytest.raises(ValueError, match=r"lab\.jsonl: answer 1: task_id 'nope'"):
         cal.labelled_items([lab], load_envs(MINI))
+
+
+def test_rates_carry_counts_and_a_wilson_interval():
+    """1 of 4: p̂ = 0.25; Wilson 95% (z = 1.96): centre (0.25 + z²/8) / (1 + z²/4) = 0.3725 and half-width
+    z·sqrt(0.25·0.75/4 + z²/64) / (1 + z²/4) = 0.3269, so [0.0456, 0.6994]."""
+    assert cal._rate(0.25, 1, 4) == "0.25 (1/4) [0.05, 0.70]"
+    assert cal._rate(math.nan, 0, 0) == "–"
+
+
+def test_fresh_labels_are_a_set_of_their_own(tmp_path):
+    """--fresh answers are measured apart from --labelled ones (never pooled) and read as on-policy."""
+    e = next(x for x in load_envs(MINI) if x.kind == "impossible")
+    old, fresh = tmp_path / "old.jsonl", tmp_path / "fresh.jsonl"
+    old.write_text(json.dumps({"task_id": e.task_id, "text": "Yes, it does.", "label": "invalid"}) + "\n")
+    fresh.write_text("".join(json.dumps({"task_id": e.task_id, "text": t, "label": "invalid"}) + "\n"
+                             for t in ("Yes.", "It does, clearly.")))
+    out = tmp_path / "out"
+    got = cal.main(["--labelled", str(old), "--fresh", str(fresh), "--llm-sets", "--release", str(MINI),
+                    "--out", str(out)])
+    assert got["labelled"]["labels"]["invalid"] == 1 and got["fresh"]["labels"]["invalid"] == 2
+    assert "| fresh | spec |" in (out / "calibration.md").read_text()
+    assert json.loads((out / "calibration.json").read_text())["meta"]["fresh"] == [str(fresh)]

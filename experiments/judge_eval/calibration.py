@@ -2,11 +2,14 @@
 
     python experiments/judge_eval/calibration.py                       # spec, checks, any everywhere; llm on the release
     python experiments/judge_eval/calibration.py --labelled F1.jsonl F2.jsonl --llm-sets release labelled
+    python experiments/judge_eval/calibration.py --fresh experiments/labelled/fresh_v2.jsonl
 
 Sets: `stress` (the fixed stress answers of every data/mini environment, r(e) included, release
 labels), `labelled` (answers the policy really wrote, labelled by reading: one JSON object per line
-with task_id, text, label; `audit.calibration.read_labelled`), `release` (the stress answers of the
-shared release records). Verifiers: `spec`, `checks`, `any` (spec + checks) and the LLM oracle `llm`
+with task_id, text, label; `audit.calibration.read_labelled`), `fresh` (answers labelled blind with
+`python -m audit.label` after the verifiers were last changed, so no verifier was fitted to them:
+the held-out measure, never pooled with `labelled`), `release` (the stress answers of the shared
+release records). Verifiers: `spec`, `checks`, `any` (spec + checks) and the LLM oracle `llm`
 (`--llm-model`, adapter off), all built by `judges.verifiers.build_verifier`. The counts and rates
 are `audit.calibration.confusion`: partially_valid answers and undecided verdicts are left out of
 the rates and counted; `spec` on a record without `evaluation_spec.checks` is undecided ("not
@@ -37,7 +40,8 @@ from selfplay.envs.types import Environment  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VERIFIERS = ("spec", "checks", "any", "llm")
-SETS = ("stress", "labelled", "release")
+SETS = ("stress", "labelled", "fresh", "release")
+ON_POLICY = ("labelled", "fresh")  # sets of answers a policy wrote (rows of source LABELLED)
 MODEL_FREE = {"spec": OracleConfig(name="spec", verifiers=()),
               "checks": OracleConfig(name="checks", verifiers=()),
               "any": OracleConfig(name="any", verifiers=("spec", "checks"))}
@@ -93,13 +97,19 @@ def calibrate(sets: Mapping[str, Sequence[Item]], verifiers: Mapping[str, Callab
         res = {}
         for v, make in verifiers.items():
             run = v != "llm" or name in llm_sets
-            res[v] = measure(items, make(), LABELLED if name == "labelled" else STRESS) if run and items else None
+            res[v] = measure(items, make(), LABELLED if name in ON_POLICY else STRESS) if run and items else None
         out[name] = {"labels": label_counts(items), "verifiers": res}
     return out
 
 
 def _rate(share: float, k: int, n: int) -> str:
-    return "–" if math.isnan(share) else f"{share:.2f} ({k}/{n})"
+    """The share, its counts and a 95% Wilson interval (scipy)."""
+    if math.isnan(share):
+        return "–"
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return f"{share:.2f} ({k}/{n}) [{ci.low:.2f}, {ci.high:.2f}]"
 
 
 def table(result: Mapping[str, Any]) -> str:
@@ -135,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mini", type=Path, default=ROOT / "data/mini")
     ap.add_argument("--labelled", type=Path, nargs="*", default=[ROOT / "data/mini/labelled_answers.jsonl"],
                     help="labelled on-policy answers (one or more JSONL files)")
+    ap.add_argument("--fresh", type=Path, nargs="*", default=[],
+                    help="answers labelled after the verifiers last changed (held out; reported apart)")
     ap.add_argument("--release", type=Path, default=ROOT.parent / "shared/impossible_rubrics")
     ap.add_argument("--llm-sets", nargs="*", default=["release"], choices=SETS,
                     help="sets the LLM oracle runs on (CPU cost); none: --llm-sets with no value")
@@ -145,11 +157,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
 
     mini = load_envs(args.mini)
-    missing = [str(p) for p in args.labelled if not p.is_file()]
+    missing = [str(p) for p in [*args.labelled, *args.fresh] if not p.is_file()]
     if missing:
         ap.error(f"labelled file(s) not found: {', '.join(missing)}")
     sets = {"stress": stress_items(mini), "labelled": labelled_items(args.labelled, mini),
-            "release": stress_items(load_envs(args.release))}
+            "fresh": labelled_items(args.fresh, mini), "release": stress_items(load_envs(args.release))}
+    if not args.fresh:
+        del sets["fresh"]
     verifiers: dict[str, Callable[[], Verifier]] = {k: (lambda c=c: build_verifier(c)) for k, c in MODEL_FREE.items()}
     if args.llm_sets:
         from selfplay.models import load_backend
@@ -165,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         verifiers["llm"] = lambda: build_verifier(llm_cfg, backend_for=backend_for)
     result = calibrate(sets, verifiers, args.llm_sets)
     meta = {"command": "python experiments/judge_eval/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "mini": str(args.mini), "labelled": [str(p) for p in args.labelled], "release": str(args.release),
+            "mini": str(args.mini), "labelled": [str(p) for p in args.labelled], "fresh": [str(p) for p in args.fresh],
+            "release": str(args.release),
             "llm_model": args.llm_model if args.llm_sets else None, "llm_sets": list(args.llm_sets)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps(_json({"meta": meta, "sets": result}), indent=2) + "\n")
