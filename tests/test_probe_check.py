@@ -54,16 +54,20 @@ def checked(tmp_path_factory) -> dict[str, dict]:
     mp.setattr(gap, "audit_envs", lambda settings, max_envs: tuple(toy(real_audit(settings, max_envs))))
     root = tmp_path_factory.mktemp("probe")
     try:
-        for reward in ("label_gold", "label_anti"):
+        # decisive on the labelled answers: the no-model positive control's own preferences over
+        # them (0.71 for the invalid wording against 0.42 for the valid one), without generation
+        for reward, extra in (("label_gold", []), ("label_anti", []),
+                              ("decisive", ["reward.candidates=labelled", "margin=0.1", "experiment_name=controls"])):
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
                 cfg = compose("config", overrides=[*TRAIN, f"reward={reward}", f"output_root={root}",
-                                                   "experiment_name=probe_check"])
+                                                   "experiment_name=probe_check", *extra])
             train.run(cfg)
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             doc = gap.main_cli(compose("audit", overrides=[f"ckpt={root / 'probe_check'}", *AUDIT]))
+            controls = gap.main_cli(compose("audit", overrides=[f"ckpt={root / 'controls'}", *AUDIT]))
     finally:
         mp.undo()
-    return {"doc": doc, "root": root}
+    return {"doc": doc, "controls": controls, "root": root}
 
 
 def _metric(doc, reward, t, name):
@@ -88,6 +92,8 @@ def test_the_probe_reads_the_direction_trained_in(checked):
     assert anti["value"] < 0 and anti["ci_high"] < 0
     assert _metric(doc, "label_gold", 1, "pref_accuracy/impossible")["value"] == 1.0
     assert _metric(doc, "label_anti", 1, "pref_accuracy/impossible")["value"] == 0.0
+    decisive = _metric(checked["controls"], "decisive", 1, "pref_margin/impossible")
+    assert decisive["value"] < 0 and decisive["ci_high"] < 0
     # t = 0 is π_0 itself (a zero-initialised adapter): no preference moved yet
     assert _metric(doc, "label_gold", 0, "pref_margin/impossible")["value"] == 0.0
     assert "likelihood_auroc/impossible" in doc["rewards"]["label_gold"]["seeds"]["0"]["iterations"]["0"]["metrics"]
