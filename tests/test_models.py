@@ -524,3 +524,21 @@ def test_packed_decode_gives_the_plain_greedy_tokens(arch, monkeypatch):
     assert calls and max(s.numel() // s[-1] for s in calls) <= packed.PackedLinears().max_rows
     kw = dict(n=3, temperature=1.0, max_new_tokens=6, seed=5)
     assert b.sample(prompts, **kw) == b.sample(prompts, **kw)
+
+
+def test_packing_that_would_not_fit_in_memory_is_skipped(monkeypatch):
+    """Packed copies that would take more than half the available memory are not made: the layers
+    stay PEFT's own inside `active`, and nothing is held."""
+    from selfplay.models import packed
+
+    b = make_backend("llama")
+    # what is packed: each LoRA-wrapped base layer and the LM head
+    weights = sum(m.weight.nbytes for n, m in b.model.named_modules() if type(m) is torch.nn.Linear and "lora_" not in n)
+    p = packed.PackedLinears()
+    monkeypatch.setattr(packed, "available_memory", lambda: 1.9 * weights)
+    with b._inference(True), p.active(b.model):
+        assert not [m for m in b.model.modules() if "forward" in vars(m)]
+    assert len(p._held) == 0
+    monkeypatch.setattr(packed, "available_memory", lambda: 2.1 * weights)
+    with b._inference(True), p.active(b.model):
+        assert len([m for m in b.model.modules() if "forward" in vars(m)]) == len(p._held) > 0

@@ -33,13 +33,25 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def available_memory() -> float:
+    """Bytes the system can still give without swapping (MemAvailable); unbounded where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
 def _version(t: torch.Tensor) -> tuple[int, int]:
     return t.data_ptr(), t._version  # _version counts in-place writes (optimizer steps, copy_)
 
 
 class PackedLinears:
-    """Packed weights of a model's linear layers, kept between calls (one more copy of those
-    weights in memory). `max_rows`: the most input rows a layer runs packed."""
+    """Packed weights of a model's linear layers, kept between calls: one more copy of those weights
+    in memory. `max_rows`: the most input rows a layer runs packed."""
 
     def __init__(self, max_rows: int = 16):
         self.max_rows = max_rows
@@ -48,15 +60,19 @@ class PackedLinears:
     @contextmanager
     def active(self, model: nn.Module) -> Iterator[None]:
         """Inside, every foldable linear layer of `model` (LoRA-wrapped or plain, float32 or bf16 on
-        the CPU, in eval mode) runs on its packed weight. Inference only: the op has no backward."""
-        patched = []
+        the CPU, in eval mode) runs on its packed weight. Inference only: the op has no backward.
+        Where the copies not yet held would take more than half the memory the system has available,
+        nothing is packed and the layers run as they are."""
         # a LoRA layer's base, A and B are folded into it, not packed on their own
         inside = {id(m) for lora in model.modules() if type(lora) is LoraLinear for m in lora.modules() if m is not lora}
+        layers = [(layer, base) for layer in model.modules()
+                  if id(layer) not in inside and (base := _base(layer)) is not None]
+        new = sum(base.weight.nbytes for layer, base in layers if layer not in self._held)
+        if new > available_memory() / 2:
+            layers = []
+        patched = []
         try:
-            for layer in model.modules():
-                base = None if id(layer) in inside else _base(layer)
-                if base is None:
-                    continue
+            for layer, base in layers:
                 layer.forward = self._forward(layer, base, self._packed(layer, base))
                 patched.append(layer)
             yield
