@@ -126,9 +126,11 @@ class CachedBackend:
 
     `identity` names the base weights (a policy config, an endpoint's configuration); `adapter_id`
     names the adapter on them (None: a model without one, or whose adapter is never switched on
-    here). `tokenizer` and `render` work without the model; `load()` builds the backend on the first
-    miss (for a checkpoint: the policy with that checkpoint's adapter loaded). `prompt_ids` turns a
-    rendered prompt into what its key holds (token ids; an endpoint's prompt is its own key).
+    here). `tokenizer` and `render` work without the model. `load()` returns the model backend ready
+    for these weights; it is called on every miss, never on a hit, so it must be cheap after its
+    first call — the audit's loader hands back one shared model with this checkpoint's adapter put
+    back in place if another checkpoint's was loaded since. `prompt_ids` turns a rendered prompt into
+    what its key holds (token ids; an endpoint's prompt is its own key).
     """
 
     def __init__(self, *, name: str, tokenizer: Any, render: Callable[..., str], identity: Mapping[str, Any],
@@ -147,9 +149,8 @@ class CachedBackend:
 
     @property
     def inner(self) -> Any:
-        """The model backend, loaded on first use."""
-        if self._inner is None:
-            self._inner = self._load()
+        """The model backend, as `load()` hands it back now (see the class docstring)."""
+        self._inner = self._load()
         return self._inner
 
     @property

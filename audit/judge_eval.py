@@ -23,6 +23,7 @@ one design are separate entries.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -228,7 +229,8 @@ def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
     files: dict[Path, Any] = {}
 
     def cached(policy_cfg: Mapping[str, Any]):
-        return cached_policy(policy_cfg, Path(cfg.cache_dir), lambda: load_backend(dict(policy_cfg), **kw), files=files)
+        load = functools.cache(lambda: load_backend(dict(policy_cfg), **kw))  # one model, on the first miss
+        return cached_policy(policy_cfg, Path(cfg.cache_dir), load, files=files)
 
     def named(name: str):
         return cached(dataclasses.asdict(PolicyConfig.named(name)))

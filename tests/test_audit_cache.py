@@ -152,3 +152,33 @@ def test_the_adapter_hash_comes_from_done(tmp_path):
     (it / "adapter" / "adapter_model.safetensors").write_bytes(b"w2")
     write_manifest(it)
     assert adapter_sha256(it) != first
+
+
+def test_load_is_asked_on_every_miss_so_a_shared_model_gets_its_adapter_back(tmp_path):
+    """Two checkpoints share one model; each backend's load() puts its own adapter in place. After
+    checkpoint 2 loaded its adapter, a miss of checkpoint 1 computes with adapter 1 again, never with
+    whatever the shared model holds; a hit loads nothing."""
+    shared = Model()
+    shared.holds = None
+    loads = []
+
+    def loader(adapter):
+        def load():
+            loads.append(adapter)
+            shared.holds = adapter
+            return shared
+        return load
+
+    def backend(adapter):
+        return CachedBackend(name="m", tokenizer=Tok(), render=shared.render, identity={"policy": "p"},
+                             adapter_id=adapter, cache=JsonlCache(tmp_path / "c.jsonl"), load=loader(adapter))
+
+    seen = []
+    real = shared.greedy
+    shared.greedy = lambda prompts, **kw: seen.append(shared.holds) or real(prompts, **kw)
+    one, two = backend("A1"), backend("A2")
+    one.greedy(["x"], max_new_tokens=2)
+    two.greedy(["x"], max_new_tokens=2)
+    one.greedy(["y"], max_new_tokens=2)
+    one.greedy(["x"], max_new_tokens=2)  # a hit
+    assert seen == ["A1", "A2", "A1"] and loads == ["A1", "A2", "A1"]
