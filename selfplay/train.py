@@ -31,6 +31,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from judges.base import judge_row
 from selfplay import artifacts as A
 from selfplay.config import ConfigError, Settings, check_data_path, train_settings
 from selfplay.dpo import DPOSettings, dpo_step
@@ -149,9 +150,7 @@ def write_iteration(dest: Path, t: int, envs, prompts, answers, verdicts, pairs,
          "answers": [str(x) for x in a], "truncated": [is_truncated(x) for x in a]}
         for e, p, a in zip(envs, prompts, answers, strict=True)))
     A.write_jsonl(dest / "judgments.jsonl", (
-        {"task_id": e.task_id, "index": i, "score": A.json_float(v.score), "error": v.error,
-         "probs": dict(v.probs), "order_scores": [A.json_float(s) for s in v.order_scores],
-         "swap_consistent": v.swap_consistent, "artifact": v.artifact, "prompt": v.prompt}
+        {"task_id": e.task_id, "index": i} | judge_row(v)
         for e, env_verdicts in zip(envs, verdicts, strict=True) for i, v in enumerate(env_verdicts)))
     A.write_jsonl(dest / "pairs.jsonl", (
         {"task_id": p.task_id, "chosen_index": p.chosen_index, "rejected_index": p.rejected_index,

@@ -97,8 +97,7 @@ class HFBackend:
         reuse_prefix: bool = True,
         min_prefix: int = 16,
         share_prefill: bool = True,
-        # off by default for inference: sampling SmolLM2 (8 answers, 48 tokens) took 115 s with it
-        # against 68 s without, back to back on one 2-core machine; DPO keeps it (dpo.py, bench P7)
+        # off by default for inference, where it does not pay (bench/README.md); DPO keeps it (dpo.py)
         native_gqa: bool = False,
         static_cache: bool = True,
         packed_decode: bool = True,
@@ -351,8 +350,8 @@ class HFBackend:
         which on a CPU costs more than the whole decode. Same rows, order and RNG draws as that path
         (`share_prefill=False`, kept as the reference), so a fixed seed gives the same samples.
         On a CPU the cache is transformers' StaticCache, preallocated for the whole answer: the
-        DynamicCache concatenates every layer's K and V into a new tensor at each step, about a fifth
-        of decode time here (profiled); on a GPU a static cache would make generate() compile."""
+        DynamicCache concatenates every layer's K and V into a new tensor at each step (bench/README.md
+        has its share of decode time); on a GPU a static cache would make generate() compile."""
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         self.model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1], position_ids=positions[:, :-1],

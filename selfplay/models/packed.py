@@ -3,14 +3,14 @@
 A decode step multiplies a few rows (one per sample) by every weight matrix of the model, so it is
 bound by how fast the weights are read. `F.linear` hands that to MKL's sgemm, which at so few rows
 reads an fp32 matrix at a fraction of the memory bandwidth; oneDNN's inner-product kernel on a
-weight reordered once into its blocked layout reads it about twice as fast at the same precision.
+weight reordered once into its blocked layout reads it faster at the same precision (bench/README.md).
 That pair of ops is torch's own (what torch.compile's CPU weight freezing emits:
 `torch.ops.mkldnn._reorder_linear_weight`, `torch.ops.mkldnn._linear_pointwise`), called here
 without compiling anything.
 
 A PEFT LoRA layer runs as one packed matrix W + scaling·B·A (PEFT's own `get_delta_weight`), W
-alone while the adapter is disabled: its A and B products and the add were a sixth of a decode
-step, in hundreds of tiny ops. The fold is made when `active` is entered, from the adapter state
+alone while the adapter is disabled: its A and B products and the add are hundreds of tiny ops a
+decode step. The fold is made when `active` is entered, from the adapter state
 then (on or off, the current A and B), and kept until a weight or that state changes.
 
 Inputs with more than `max_rows` rows (a prefill) take the layer's own forward, unchanged. The rest
