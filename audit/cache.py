@@ -73,8 +73,10 @@ class JsonlCache:
         self.path = path
         self.rows: dict[str, dict[str, Any]] = {}
         self._good_bytes: int | None = None  # set when a torn last line must be cut before appending
+        self._newline = False  # a complete last row whose newline was cut: write one before appending
         if path.is_file():
             text = path.read_text(encoding="utf-8")
+            self._newline = bool(text) and not text.endswith("\n")
             lines = text.split("\n")
             for i, line in enumerate(lines):
                 if not line.strip():
@@ -85,6 +87,7 @@ class JsonlCache:
                 except (json.JSONDecodeError, KeyError, TypeError):
                     if i == len(lines) - 1:  # torn last write: drop it, recompute that row
                         self._good_bytes = len(text[: len(text) - len(line)].encode("utf-8"))
+                        self._newline = False
                         continue
                     raise CacheError(f"{path}:{i + 1}: unreadable cache row; delete the file to "
                                      "recompute it") from None
@@ -101,6 +104,9 @@ class JsonlCache:
                 f.truncate(self._good_bytes)
             self._good_bytes = None
         with self.path.open("a", encoding="utf-8") as f:
+            if self._newline:
+                f.write("\n")
+                self._newline = False
             for row in rows:
                 f.write(json.dumps(row, sort_keys=True, allow_nan=True) + "\n")
             f.flush()
@@ -130,12 +136,15 @@ class CachedBackend:
     for these weights; it is called on every miss, never on a hit, so it must be cheap after its
     first call — the audit's loader hands back one shared model with this checkpoint's adapter put
     back in place if another checkpoint's was loaded since. `prompt_ids` turns a rendered prompt into
-    what its key holds (token ids; an endpoint's prompt is its own key).
+    what its key holds (token ids; an endpoint's prompt is its own key), `token_key` a candidate token
+    id (an endpoint's ids only number its labels in the order they were first encoded: its key is the
+    label text). Keys name neither the device nor the engine: a run resumed on other hardware reuses
+    what the first computed.
     """
 
     def __init__(self, *, name: str, tokenizer: Any, render: Callable[..., str], identity: Mapping[str, Any],
                  adapter_id: str | None, cache: JsonlCache, load: Callable[[], Any],
-                 prompt_ids: Callable[[str], Any] | None = None):
+                 prompt_ids: Callable[[str], Any] | None = None, token_key: Callable[[int], Any] | None = None):
         self.name = name
         self.tokenizer = tokenizer
         self._render = render
@@ -145,6 +154,7 @@ class CachedBackend:
         self._load = load
         self._inner: Any = None
         self._prompt_ids = prompt_ids or (lambda p: tokenizer(p, add_special_tokens=False)["input_ids"])
+        self._token_key = token_key or int
         self.stats = {"hits": 0, "misses": 0}
 
     @property
@@ -162,9 +172,13 @@ class CachedBackend:
 
     # -- keys -------------------------------------------------------------------------------------
 
+    def _on(self, adapter: bool) -> bool:
+        """Whether the call runs with an adapter: a model named without one runs its base weights
+        even when asked for adapter=True (the model behind may be shared with a checkpoint's)."""
+        return adapter and self._adapter_id is not None
+
     def _weights(self, adapter: bool) -> dict[str, Any]:
-        on = adapter and self._adapter_id is not None
-        return {**self._identity, "adapter": self._adapter_id if on else None}
+        return {**self._identity, "adapter": self._adapter_id if self._on(adapter) else None}
 
     def key(self, method: str, adapter: bool, **request: Any) -> str:
         return digest({"weights": self._weights(adapter), "method": method, **request})
@@ -192,7 +206,7 @@ class CachedBackend:
         if row is None:
             self.stats["misses"] += 1
             out = self.inner.sample(prompts, n=n, temperature=temperature, max_new_tokens=max_new_tokens,
-                                    seed=seed, adapter=adapter)
+                                    seed=seed, adapter=self._on(adapter))
             value = [[{"text": str(c), "finished": bool(getattr(c, "finished", True)),
                        "token_ids": [int(i) for i in getattr(c, "token_ids", None) or ()]} for c in cs]
                      for cs in out]
@@ -206,15 +220,16 @@ class CachedBackend:
         keys = [self.key("greedy", adapter, prompt=self._prompt_ids(p), max_new_tokens=max_new_tokens)
                 for p in prompts]
         return self._per_prompt("greedy", keys, lambda todo: [str(t) for t in self.inner.greedy(
-            [prompts[i] for i in todo], max_new_tokens=max_new_tokens, adapter=adapter)])
+            [prompts[i] for i in todo], max_new_tokens=max_new_tokens, adapter=self._on(adapter))])
 
     def next_token_logprobs(self, prompts: Sequence[str], token_ids: Sequence[int], *,
                             adapter: bool = True) -> np.ndarray:
         ids = [int(t) for t in token_ids]
-        keys = [self.key("next_token_logprobs", adapter, prompt=self._prompt_ids(p), token_ids=ids)
+        wanted = [self._token_key(t) for t in ids]
+        keys = [self.key("next_token_logprobs", adapter, prompt=self._prompt_ids(p), token_ids=wanted)
                 for p in prompts]
         rows = self._per_prompt("next_token_logprobs", keys, lambda todo: [_floats(r) for r in self.inner.next_token_logprobs(
-            [prompts[i] for i in todo], ids, adapter=adapter)])
+            [prompts[i] for i in todo], ids, adapter=self._on(adapter))])
         return np.array(rows, dtype=float).reshape(len(prompts), len(ids))
 
     def sequence_logprobs(self, prompts: Sequence[str], completions: Sequence[str | Sequence[int]], *,
@@ -226,7 +241,8 @@ class CachedBackend:
                          temperature=float(temperature))
                 for p, c in zip(prompts, completions, strict=True)]
         rows = self._per_prompt("sequence_logprobs", keys, lambda todo: [float(x) for x in self.inner.sequence_logprobs(
-            [prompts[i] for i in todo], [completions[i] for i in todo], adapter=adapter, temperature=temperature)])
+            [prompts[i] for i in todo], [completions[i] for i in todo], adapter=self._on(adapter),
+            temperature=temperature)])
         return np.array(rows, dtype=np.float64)
 
     def adapter_disabled(self):

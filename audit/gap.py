@@ -341,23 +341,17 @@ class Models:
         return self._cached(policy, seed_dir, None, lambda: self._backend(policy, None, None))
 
     def endpoint(self, endpoint: Any, seed_dir: Path) -> CachedBackend:
-        """An OpenAI-compatible server (an oracle's `endpoint` settings); its prompts key themselves."""
+        """An OpenAI-compatible server (an oracle's `endpoint` settings), built now: building it sends
+        no request (the key's variable was checked when the audit was planned). Its prompts key
+        themselves and its candidate tokens by their label text."""
         from judges.oracle import endpoint_backend
-        from selfplay.models.endpoint import LabelTokenizer
 
         identity = {"endpoint": endpoint.fingerprint()}
-        built: list[Any] = []
-
-        def load():
-            if not built:
-                built.append(endpoint_backend(endpoint))
-            return built[0]
-
-        # building the backend makes no request: its render is a pure function of the messages
-        return CachedBackend(name=f"endpoint:{endpoint.model}", tokenizer=LabelTokenizer(),
-                             render=lambda m, add_generation_prompt=True: load().render(m, add_generation_prompt=add_generation_prompt),
-                             identity=identity, adapter_id=None, cache=self._cache(seed_dir, identity), load=load,
-                             prompt_ids=lambda p: p)
+        backend = endpoint_backend(endpoint)
+        tok = backend.tokenizer
+        return CachedBackend(name=backend.name, tokenizer=tok, render=backend.render, identity=identity,
+                             adapter_id=None, cache=self._cache(seed_dir, identity), load=lambda: backend,
+                             prompt_ids=lambda p: p, token_key=lambda i: tok.decode([i]))
 
 
 def build_verifiers(oracles: Mapping[str, Any], policy: CachedBackend, models: Models, seed_dir: Path) -> dict[str, Any]:
@@ -396,15 +390,18 @@ def labelled_by_env(labelled: LabelledSet | None, envs: Sequence[Environment]) -
 
 def write_answers(ckpt: Checkpoint, policy: Mapping[str, Any], sample: SampleSettings,
                   answers: Mapping[str, Sequence[Any]]) -> None:
-    """The answers sampled at `ckpt`, one row per environment, for `python -m audit.label`."""
+    """The answers sampled at `ckpt`, one row per environment, for `python -m audit.label`, merged
+    into what earlier audits with the same settings wrote there (an audit of fewer environments
+    keeps the others' rows, which labels may point at)."""
     if not answers:
         return
-    name = f"{ANSWERS}-{digest({'policy': dict(policy), 'sample': vars(sample)}, 12)}.jsonl"
-    rows = [json.dumps({"key": tid, "task_id": tid, "answers": [str(t) for t in texts],
-                        "finished": [bool(getattr(t, "finished", True)) for t in texts]}, sort_keys=True)
-            for tid, texts in answers.items()]
-    cache_dir(ckpt.path).mkdir(exist_ok=True)
-    write_text_atomic(cache_dir(ckpt.path) / name, "\n".join(rows) + "\n")
+    path = cache_dir(ckpt.path) / f"{ANSWERS}-{digest({'policy': dict(policy), 'sample': vars(sample)}, 12)}.jsonl"
+    rows = dict(JsonlCache(path).rows)
+    rows.update({tid: {"key": tid, "task_id": tid, "answers": [str(t) for t in texts],
+                       "finished": [bool(getattr(t, "finished", True)) for t in texts]}
+                 for tid, texts in answers.items()})
+    path.parent.mkdir(exist_ok=True)
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows.values()))
 
 
 # -- the audit --------------------------------------------------------------------------------------

@@ -182,3 +182,54 @@ def test_load_is_asked_on_every_miss_so_a_shared_model_gets_its_adapter_back(tmp
     one.greedy(["y"], max_new_tokens=2)
     one.greedy(["x"], max_new_tokens=2)  # a hit
     assert seen == ["A1", "A2", "A1"] and loads == ["A1", "A2", "A1"]
+
+
+def test_a_row_whose_newline_was_cut_is_kept_and_the_next_append_starts_a_line(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"key": "a", "value": 1}\n{"key": "b", "value": 2}')  # complete row, newline cut
+    cache = JsonlCache(path)
+    assert set(cache.rows) == {"a", "b"}
+    cache.add([{"key": "c", "value": 3}])
+    assert {k: r["value"] for k, r in JsonlCache(path).rows.items()} == {"a": 1, "b": 2, "c": 3}
+
+
+def test_candidate_tokens_can_key_by_their_text(tmp_path):
+    """An endpoint numbers its labels in the order it first met them; keyed by the label text, a
+    prompt that asks for the same labels in another order is another request."""
+    model = Model()
+    texts = {1: "Yes", 2: "No"}
+    c = CachedBackend(name="m", tokenizer=Tok(), render=model.render, identity={"endpoint": "e"}, adapter_id=None,
+                      cache=JsonlCache(tmp_path / "c.jsonl"), load=lambda: model, prompt_ids=lambda p: p,
+                      token_key=texts.get)
+    c.next_token_logprobs(["p"], [1, 2])
+    c.next_token_logprobs(["p"], [1, 2])
+    assert len(model.calls) == 1
+    texts.update({1: "No", 2: "Yes"})  # the same ids now name the labels the other way round
+    c.next_token_logprobs(["p"], [1, 2])
+    assert len(model.calls) == 2
+
+
+def test_a_model_named_without_an_adapter_never_runs_one(tmp_path):
+    """adapter_id None: a call asking for the adapter runs (and is keyed as) the base weights, even on a
+    model shared with a checkpoint whose adapter is loaded."""
+    model = Model()
+    cached(tmp_path / "c.jsonl", model, adapter_id=None).greedy(["x"], max_new_tokens=2, adapter=True)
+    assert model.calls == [("greedy", ("x",), 2, False)]
+
+
+def test_the_answers_record_keeps_the_rows_of_an_earlier_wider_audit(tmp_path):
+    """audit.label links labels to rows of iter_<t>/audit_cache/answers-*.jsonl: an audit of fewer
+    environments with the same settings adds to that file, never drops another environment's row."""
+    from types import SimpleNamespace
+
+    from audit.collect import SampleSettings
+    from audit.gap import write_answers
+
+    ckpt = SimpleNamespace(path=tmp_path / "iter_1")
+    ckpt.path.mkdir()
+    sample = SampleSettings(n=1, temperature=0.7, max_new_tokens=8, seed=0)
+    write_answers(ckpt, {"name": "p"}, sample, {"t1": [Completion("a", True)], "t2": [Completion("b", False)]})
+    write_answers(ckpt, {"name": "p"}, sample, {"t1": [Completion("a", True)]})
+    (path,) = (ckpt.path / "audit_cache").glob("answers-*.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["task_id"], r["answers"], r["finished"]) for r in rows] == [("t1", ["a"], [True]), ("t2", ["b"], [False])]

@@ -43,9 +43,8 @@ import audit.gap as gap
 import audit.report as report
 import selfplay.envs.__main__ as envs_cli
 import selfplay.train as train
-from audit.cache import CachedBackend, JsonlCache
 from judges.oracle import LLMOracle
-from judges.verifiers import OracleConfig, build_verifier, verdict_row
+from judges.verifiers import OracleConfig, verdict_row
 from selfplay import artifacts as A
 from selfplay.config import CONF_DIR
 from selfplay.envs import load_envs
@@ -663,21 +662,16 @@ def test_failed_endpoint_verdicts_are_retried_by_a_rerun(tmp_path):
         env = endpoint_env()
         texts = {env.task_id: ["We cannot say.", "The packet cannot settle it (D1)."]}
 
-        cache = tmp_path / "calls.jsonl"
-
         def audit_once() -> list[bool | None]:
-            def cached(model: str):
-                real = endpoint_backend(server.url, max_retries=0)
-                return CachedBackend(name=real.name, tokenizer=real.tokenizer, render=real.render,
-                                     identity={"endpoint": cfg.endpoint.fingerprint()}, adapter_id=None,
-                                     cache=JsonlCache(cache), load=lambda: real, prompt_ids=lambda p: p)
-            verifier = build_verifier(cfg, backend_for=cached)
+            # the audit's own wiring: the oracle's endpoint behind the run's call cache (gap.Models)
+            verifier = gap.build_verifiers({"oracle": cfg}, None, gap.Models(None), tmp_path)["oracle"]
             return [v.violates for v in verifier.verify([(env, t) for t in texts[env.task_id]])]
 
         assert audit_once() == [None, None] and len(server.requests) == 2
-        assert not cache.is_file()  # a failed request is never cached
+        assert not list(tmp_path.rglob("calls-*.jsonl"))  # a failed request is never cached
         busy[0] = False
         assert audit_once() == [False, False] and len(server.requests) == 4
+        (cache,) = tmp_path.rglob("calls-*.jsonl")
         written = cache.read_bytes()
         assert audit_once() == [False, False] and len(server.requests) == 4
         assert cache.read_bytes() == written
