@@ -76,16 +76,17 @@ lint: install
 warm-start: install
 	$(PY) -m selfplay.sft smollm2-135m-sft
 
-# The CPU demo (experiments/results/demo/README.md, ~40 minutes on 2 cores): the positive control
-# `decisive` and the negative control `oracle_verdict`, self-play from π_0 = SmolLM2-135M-Instruct on
-# every mini train environment, T = 3; every checkpoint audited (n = 2 answers per audit environment,
-# spec + checks oracle, and the preference probe on the labelled answers). No warm start: the probe
-# needs no policy that writes valid text. The judge designs run in `make experiment`.
+# The CPU demo (experiments/results/demo/README.md, ~30 minutes on 2 cores): the positive control
+# `decisive` and the negative control `oracle_verdict` from π_0 = SmolLM2-135M-Instruct, each training on
+# what it prefers among the mini train environments' labelled answers, T = 3; every checkpoint audited
+# (the preference probe on the held-out environments, KL and free generation on n = 1 answer per
+# audit environment). No warm start: the probe needs no policy that writes valid text. Self-play and
+# the judge designs run in `make experiment`.
 DEMO := outputs/demo
 demo: install
 	$(PY) -m selfplay.envs data/mini > /dev/null
 	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=decisive,oracle_verdict
-	$(PY) -m audit.gap ckpt=$(DEMO) n=2 batch_size=32 probe_labelled=false
+	$(PY) -m audit.gap ckpt=$(DEMO) n=1 batch_size=32 probe_labelled=false
 	$(PY) -m audit.report $(DEMO)
 	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
 
@@ -107,11 +108,11 @@ controls: install
 	$(PY) -m audit.gap ckpt=$(CONTROLS) n=1 batch_size=32
 	$(PY) -m audit.report $(CONTROLS)
 
-# The full CPU experiment (hours, in the background): both controls and the judge designs at the
-# demo's budget; results in outputs/experiment/.
+# The full CPU experiment (hours, in the background): self-play (experiments/conf/experiment/selfplay.yaml)
+# with both controls and the judge designs; results in outputs/experiment/.
 EXPERIMENT := outputs/experiment
 experiment: install
-	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo experiment_name=experiment \
+	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=selfplay experiment_name=experiment \
 		reward=decisive,oracle_verdict,anchored,commit_first,blind_solve
 	$(PY) -m audit.gap ckpt=$(EXPERIMENT) n=4 batch_size=32
 	$(PY) -m audit.report $(EXPERIMENT)

@@ -85,7 +85,7 @@ def merge(docs: Sequence[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
 
 
 TRAIN_COLUMNS = (  # (metrics.json key, column heading), in the table's order
-    ("pairs/kept", "pairs kept"), ("train/steps", "optimizer steps"), ("train/loss", "DPO loss"),
+    ("pairs/found", "pairs found"), ("pairs/kept", "pairs kept"), ("train/steps", "optimizer steps"), ("train/loss", "DPO loss"),
     ("train/rewards_chosen", "reward chosen"), ("train/rewards_rejected", "reward rejected"),
     ("train/rewards_margin", "reward margin"), ("train/rewards_accuracy", "reward accuracy"),
     ("train/grad_norm", "grad norm"), ("sample/truncated_share", "truncated samples"),
@@ -93,7 +93,7 @@ TRAIN_COLUMNS = (  # (metrics.json key, column heading), in the table's order
 )
 
 
-COUNTS = ("pairs/kept", "train/steps")
+COUNTS = ("pairs/found", "pairs/kept", "train/steps")
 
 
 def _count(x: Any) -> str:

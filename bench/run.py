@@ -274,7 +274,6 @@ def p8(be, m: dict, prefill_rate: float, repeats: int, k: int, max_new_tokens: i
     with torch.inference_mode():
         t_packed = median_time(lambda: [torch.ops.mkldnn._linear_pointwise(rows[i], p, None, "none", [], "")
                                         for p, i in packed], repeats)
-    del packed
     return {"P8_sampling_over_bound": t / ideal,
             "P8_detail": {"k": k, "prompt_tokens": plen, "decode_steps": steps, "cut_at_budget": sum(cut),
                           "sample_s": t, "bound_s": ideal, "prefill_bound_s": plen / prefill_rate,

@@ -80,6 +80,10 @@ class TrainConfig:
         "Sequences generated together on the hf backend (prompts × k). Larger batches amortise each "
         "decode step's weight reads on a CPU, at the cost of KV-cache memory (~46 KB per token for "
         "SmolLM2-135M in fp32).")})
+    max_pairs: int | None = field(default=None, metadata={"help": (
+        "At most this many DPO pairs per iteration: a random subset, drawn afresh each iteration from "
+        "its own seed stream, when more are found (the offline rewards, which pair every labelled "
+        "answer, find ~150 on mini); null = every pair.")})
     pair_truncated: bool = field(default=False, metadata={"help": (
         "Keep answers cut at max_new_tokens in DPO pairs. False leaves them out (TRL would end them "
         "with an EOS the policy never wrote); true only for smoke runs of random test models, which "
@@ -106,6 +110,8 @@ class TrainConfig:
         _require(self.max_seq_len >= 16, "max_seq_len", self.max_seq_len, "an integer >= 16")
         _require(self.max_train_envs is None or self.max_train_envs >= 1, "max_train_envs",
                  self.max_train_envs, "null or an integer >= 1")
+        _require(self.max_pairs is None or self.max_pairs >= 1, "max_pairs", self.max_pairs,
+                 "null or an integer >= 1")
         _require(self.reference in ("previous", "initial"), "reference", self.reference, "previous or initial")
         _require(self.backend in BACKEND_CHOICES, "backend", self.backend, ", ".join(BACKEND_CHOICES))
         try:

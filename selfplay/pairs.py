@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 DROP_REASONS = ("nan", "tie", "margin", "identical", "truncated")
 
@@ -104,6 +106,15 @@ def build_pairs(
     dropped = Counter(r for r in reasons if r is not None)
     counts = PairCounts(envs=len(task_ids), pairs=len(pairs), dropped={r: dropped.get(r, 0) for r in DROP_REASONS})
     return pairs, counts, reasons
+
+
+def subsample(pairs: list[Pair], counts: PairCounts, limit: int | None, seed: int) -> tuple[list[Pair], PairCounts]:
+    """At most `limit` of `pairs`, drawn without replacement by `seed`, in their original order (so
+    the DPO data order stays the trainer's own shuffle); `counts.pairs` becomes the number kept."""
+    if limit is None or len(pairs) <= limit:
+        return pairs, counts
+    keep = sorted(np.random.default_rng(seed).choice(len(pairs), size=limit, replace=False))
+    return [pairs[i] for i in keep], replace(counts, pairs=limit)
 
 
 def all_pairs(

@@ -38,7 +38,7 @@ from selfplay.dpo import DPOSettings, dpo_step
 from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
 from selfplay.models.backend import Completion, is_truncated
-from selfplay.pairs import all_pairs, build_pairs
+from selfplay.pairs import all_pairs, build_pairs, subsample
 from selfplay.runs import load_data_split, run_judge
 from selfplay.tracking import start_logger
 
@@ -54,7 +54,7 @@ def derive_seed(seed: int, *parts: int) -> int:
     return int(np.random.SeedSequence([seed, *parts]).generate_state(1)[0] >> 1)
 
 
-SAMPLE, TRAIN = 1, 2  # seed streams
+SAMPLE, TRAIN, PAIRS = 1, 2, 3  # seed streams
 
 
 @contextmanager
@@ -250,6 +250,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 else:
                     pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
                                                          tr.margin, truncated=None if tr.pair_truncated else cut)
+                found = counts.pairs
+                pairs, counts = subsample(pairs, counts, tr.max_pairs, derive_seed(tr.seed, PAIRS, t))
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
                 with timed(times, "dpo"):
@@ -262,8 +264,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 policy.save_adapter(dest / "adapter")
                 policy.wake_up()  # vLLM takes its GPU memory back
 
-                metrics = (judge_metrics(verdicts) | counts.as_metrics() | sample_metrics(cut)
-                           | train_metrics | times)
+                metrics = (judge_metrics(verdicts) | counts.as_metrics() | {"pairs/found": float(found)}
+                           | sample_metrics(cut) | train_metrics | times)
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, verdicts, pairs, reasons, metrics, resolved)
             policy.load_adapter(A.iteration_dir(run, t) / "adapter")  # as after iteration 0

@@ -15,23 +15,34 @@ def composed(*overrides: str):
         return compose("config", overrides=list(overrides))
 
 
-@pytest.mark.parametrize(("name", "iterations"), [("demo", 3), ("judge_sweep", 5)])
-def test_experiment_sets_its_name_and_budget(name, iterations):
+@pytest.mark.parametrize(("name", "run_name", "iterations"),
+                         [("selfplay", "selfplay_mini", 3), ("judge_sweep", "judge_sweep", 5)])
+def test_experiment_sets_its_name_and_budget(name, run_name, iterations):
     s = train_settings(composed("+policy=smollm2-135m-sft", f"+experiment={name}", "reward=commit_first"))
-    assert (s.train.experiment_name, s.train.iterations, s.reward_name) == (name, iterations, "commit_first")
+    assert (s.train.experiment_name, s.train.iterations, s.reward_name) == (run_name, iterations, "commit_first")
 
 
 def test_command_line_overrides_an_experiment_and_names_a_run():
     # the experiment group and the run-name key must not collide: both work on one command line
-    s = train_settings(composed("+policy=smollm2-135m", "+experiment=demo", "experiment_name=mine", "k=3"))
+    s = train_settings(composed("+policy=smollm2-135m", "+experiment=selfplay", "experiment_name=mine", "k=3"))
     assert (s.train.experiment_name, s.train.k, s.train.iterations) == ("mine", 3, 3)
 
 
-def test_demo_budget_trains_every_environment_with_several_steps():
+def test_selfplay_budget_trains_every_environment_with_several_steps():
     """SPEC §5: every train environment (controls included), k >= 4, several optimizer steps. With the
     mini train split (18 environments) at most 18 pairs: ceil(18 / (2 × 2)) = 5 steps per epoch × 2."""
     import math
 
-    s = train_settings(composed("+policy=smollm2-135m-sft", "+experiment=demo", "reward=decisive")).train
+    s = train_settings(composed("+policy=smollm2-135m-sft", "+experiment=selfplay", "reward=decisive")).train
     assert s.max_train_envs is None and s.k >= 4
     assert s.epochs * math.ceil(18 / (s.batch_size * s.grad_accum)) >= 4
+
+
+def test_demo_trains_both_controls_on_a_fixed_share_of_the_labelled_pairs():
+    """The demo's budget: every train environment's labelled answers as candidates, 32 of the pairs
+    each iteration (8 optimizer steps of 2 × 2), T = 3, reference π_0."""
+    for reward in ("decisive", "oracle_verdict"):
+        s = train_settings(composed("+policy=smollm2-135m", "+experiment=demo", f"reward={reward}"))
+        assert s.reward["candidates"] == "labelled" and s.train.max_train_envs is None
+        assert (s.train.iterations, s.train.max_pairs, s.train.reference) == (3, 32, "initial")
+        assert s.train.max_pairs // (s.train.batch_size * s.train.grad_accum) == 8

@@ -77,3 +77,24 @@ def test_truncated_samples_are_left_out_of_pairing():
 def test_truncation_flags_must_match_the_answers():
     with pytest.raises(ValueError, match="truncation flags"):
         build_pairs(["e1"], ["p"], [["a", "b"]], [[0.1, 0.9]], 0.0, truncated=[[False]])
+
+
+def _pairs(n):
+    from selfplay.pairs import Pair, PairCounts
+
+    pairs = [Pair(f"t{i}", "p", f"c{i}", f"r{i}", 0, 1, 1.0, 0.0) for i in range(n)]
+    return pairs, PairCounts(envs=n, pairs=n, dropped={r: 0 for r in DROP_REASONS})
+
+
+def test_subsample_keeps_a_seeded_subset_in_order():
+    from selfplay.pairs import subsample
+
+    pairs, counts = _pairs(10)
+    kept, kept_counts = subsample(pairs, counts, 4, seed=7)
+    assert len(kept) == 4 and kept_counts.pairs == 4 and kept_counts.envs == 10
+    order = [pairs.index(p) for p in kept]
+    assert order == sorted(order) and len(set(order)) == 4  # original order, no repeats
+    assert subsample(pairs, counts, 4, seed=7)[0] == kept  # the seed fixes the draw
+    assert any(subsample(pairs, counts, 4, seed=s)[0] != kept for s in range(8, 12))  # another seed differs
+    assert subsample(pairs, counts, None, seed=7) == (pairs, counts)  # no limit: every pair
+    assert subsample(pairs, counts, 10, seed=7) == (pairs, counts)  # limit not exceeded: every pair
