@@ -72,7 +72,8 @@ test-vllm: $(VLLM_STAMP)
 lint: install
 	$(VENV)/bin/ruff check .
 
-# The warm start π_0 of the CPU demo (selfplay/sft.py): built once, cached beside the GGUF conversion.
+# The warm start `+policy=smollm2-135m-sft` (selfplay/sft.py; the earlier demo's π_0): built once,
+# cached beside the GGUF conversion.
 warm-start: install
 	$(PY) -m selfplay.sft smollm2-135m-sft
 

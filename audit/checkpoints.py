@@ -58,6 +58,19 @@ class Checkpoint:
         return self.path / ADAPTER
 
     @property
+    def adapter_is_noop(self) -> bool:
+        """Whether the adapter changes nothing: every LoRA B matrix is zero, as PEFT initialises it (the
+        fresh adapter of iter_0). Such a checkpoint is π_0 exactly, so the audit runs it as π_0."""
+        from safetensors import safe_open
+
+        weights = self.adapter_path / "adapter_model.safetensors"
+        if not weights.is_file():
+            return False
+        with safe_open(str(weights), framework="pt") as f:
+            b = [k for k in f.keys() if "lora_B" in k]
+            return bool(b) and not any(f.get_tensor(k).any() for k in b)
+
+    @property
     def identity(self) -> str:
         """Names the judge's weights at this iteration (keys the judge's stage-1 cache)."""
         return f"seed{self.seed}/iter_{self.iteration}"

@@ -328,9 +328,11 @@ class Models:
                              tokenizer=self._tokenizers[name])
 
     def policy(self, settings: Settings, ckpt: Checkpoint) -> CachedBackend:
-        """The run's policy at checkpoint `ckpt`: adapter on = π_t, off = π_0."""
+        """The run's policy at checkpoint `ckpt`: adapter on = π_t, off = π_0. A no-op adapter (iter_0)
+        is run as π_0 itself: its calls are π_0's, computed once (its KL and probe are exactly 0)."""
         policy = OmegaConf.to_container(settings.policy)
-        return self._cached(policy, ckpt.path.parent, adapter_sha256(ckpt.path),
+        adapter_id = None if ckpt.adapter_is_noop else adapter_sha256(ckpt.path)
+        return self._cached(policy, ckpt.path.parent, adapter_id,
                             lambda: self._backend(policy, settings.train.lora, ckpt.adapter_path))
 
     def named(self, name: str, seed_dir: Path) -> CachedBackend:

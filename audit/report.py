@@ -446,6 +446,7 @@ def train_section(doc: Mapping[str, Any]) -> list[str]:
             for t in sorted(train[reward][seed], key=int):
                 rec = train[reward][seed][t]
                 m = rec.get("metrics", rec)
+                m = {"pairs/found": m.get("pairs/kept")} | m  # runs before max_pairs trained on every pair found
                 drops = sorted((k.split("/", 1)[1].removeprefix("dropped_"), int(v)) for k, v in m.items()
                                if k.startswith("pairs/dropped_") and v)
                 lines.append(f"| {reward} | {seed} | {t} | "

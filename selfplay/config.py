@@ -82,8 +82,8 @@ class TrainConfig:
         "SmolLM2-135M in fp32).")})
     max_pairs: int | None = field(default=None, metadata={"help": (
         "At most this many DPO pairs per iteration: a random subset, drawn afresh each iteration from "
-        "its own seed stream, when more are found (the offline rewards, which pair every labelled "
-        "answer, find ~150 on mini); null = every pair.")})
+        "its own seed stream, when more are found (an offline reward, which pairs every labelled "
+        "answer, finds ~100-150 on mini); null = every pair.")})
     pair_truncated: bool = field(default=False, metadata={"help": (
         "Keep answers cut at max_new_tokens in DPO pairs. False leaves them out (TRL would end them "
         "with an EOS the policy never wrote); true only for smoke runs of random test models, which "

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-DROP_REASONS = ("nan", "tie", "margin", "identical", "truncated")
+DROP_REASONS = ("nan", "tie", "margin", "identical", "truncated", "subsampled")
 
 
 @dataclass(frozen=True)
@@ -108,13 +108,20 @@ def build_pairs(
     return pairs, counts, reasons
 
 
-def subsample(pairs: list[Pair], counts: PairCounts, limit: int | None, seed: int) -> tuple[list[Pair], PairCounts]:
-    """At most `limit` of `pairs`, drawn without replacement by `seed`, in their original order (so
-    the DPO data order stays the trainer's own shuffle); `counts.pairs` becomes the number kept."""
+def subsample(pairs: list[Pair], counts: PairCounts, reasons: list[str | None], task_ids: Sequence[str],
+              limit: int | None, seed: int) -> tuple[list[Pair], PairCounts, list[str | None]]:
+    """At most `limit` of `pairs`, drawn without replacement by `seed` over all of them (an environment
+    weighs by its number of pairs), kept in their original order so the DPO data order stays the
+    trainer's own shuffle. An environment that loses every pair is dropped as "subsampled", so the
+    counts still add up to the environments."""
     if limit is None or len(pairs) <= limit:
-        return pairs, counts
+        return pairs, counts, reasons
     keep = sorted(np.random.default_rng(seed).choice(len(pairs), size=limit, replace=False))
-    return [pairs[i] for i in keep], replace(counts, pairs=limit)
+    kept = [pairs[i] for i in keep]
+    left = {p.task_id for p in kept}
+    reasons = [r if r is not None or tid in left else "subsampled" for tid, r in zip(task_ids, reasons, strict=True)]
+    dropped = dict(counts.dropped, subsampled=sum(r == "subsampled" for r in reasons))
+    return kept, replace(counts, pairs=limit, dropped=dropped), reasons
 
 
 def all_pairs(

@@ -251,7 +251,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                     pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
                                                          tr.margin, truncated=None if tr.pair_truncated else cut)
                 found = counts.pairs
-                pairs, counts = subsample(pairs, counts, tr.max_pairs, derive_seed(tr.seed, PAIRS, t))
+                pairs, counts, reasons = subsample(pairs, counts, reasons, [e.task_id for e in envs], tr.max_pairs,
+                                                   derive_seed(tr.seed, PAIRS, t))
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
                 with timed(times, "dpo"):

@@ -301,3 +301,20 @@ def test_an_oracle_that_accepts_everything_is_unverified(experiment, tmp_path, p
     assert md.index("## Oracle calibration") < md.index("`va_gap/impossible`")
     assert "| anchored | unverified | unverified |" in md
     assert "accepts 100.0% of labelled invalid answers" in md
+
+
+def test_the_fresh_adapter_of_iter_0_runs_as_pi_0(experiment):
+    """iter_0's adapter is PEFT's fresh one (every B = 0): the audit runs that checkpoint as π_0, so its
+    adapter-on calls are π_0's cached calls; a trained adapter keeps its own keys."""
+    from audit.checkpoints import find_checkpoints
+
+    ckpts = {c.iteration: c for c in find_checkpoints(experiment / "anchored" / "seed0").checkpoints}
+    assert ckpts[0].adapter_is_noop and not ckpts[1].adapter_is_noop
+    models = gap.Models(gap.audit_config(audit_cfg(experiment)))
+    keys = {}
+    for t in (0, 1):
+        policy = models.policy(gap.run_settings(ckpts[t]), ckpts[t])
+        keys[t] = {on: policy.key("sequence_logprobs", on, prompt=[1, 2], completion={"ids": [3]}) for on in (True, False)}
+    assert keys[0][True] == keys[0][False] == keys[1][False]  # π_0, whichever checkpoint asks
+    assert keys[1][True] != keys[1][False]
+    assert not models._loaded  # keys alone load no model

@@ -173,10 +173,10 @@ def test_training_table_reads_each_checkpoints_metrics(tmp_path):
     ckpt = tmp_path / "generic" / "seed0" / "iter_1"
     ckpt.mkdir(parents=True)
     (ckpt / "metrics.json").write_text(json.dumps({"iteration": 1, "metrics": {
-        "pairs/found": 20.0, "pairs/kept": 17.0, "pairs/dropped_tie": 1.0, "pairs/dropped_margin": 0.0, "train/steps": 10.0,
+        "pairs/kept": 17.0, "pairs/dropped_tie": 1.0, "pairs/dropped_margin": 0.0, "train/steps": 10.0,
         "train/loss": 0.5634, "train/rewards_margin": 0.3351, "sample/truncated_share": 7 / 72}}))
     md = report.write_report(write(tmp_path, doc)).read_text()
     section = md.split("## Training per iteration", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| generic |")]
-    assert rows == ["| generic | 0 | 1 | 20 | 17 | 10 | 0.563 | — | — | 0.335 | — | — | 0.097 | — | — | 1 tie |"]
+    assert rows == ["| generic | 0 | 1 | 17 | 17 | 10 | 0.563 | — | — | 0.335 | — | — | 0.097 | — | — | 1 tie |"]
     assert md.index("## Training per iteration") < md.index("`va_gap/impossible`")

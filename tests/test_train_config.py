@@ -124,6 +124,7 @@ def test_logger_option_overrides_only_its_keys():
         pytest.param("k=1", "k=1: expected an integer >= 2", id="k"),
         pytest.param("margin=1.5", "margin=1.5", id="margin"),
         pytest.param("reference=base", "reference='base'", id="reference"),
+        pytest.param("max_pairs=0", "max_pairs=0", id="max-pairs"),
         pytest.param("backend=tpu", "backend='tpu'", id="backend"),
         pytest.param("lora.r=0", "lora", id="lora-rank"),
         pytest.param("+lr=0.1", "unknown setting(s) ['lr']", id="unknown-key"),

@@ -161,3 +161,27 @@ def test_rerunning_a_finished_run_changes_nothing(run_a, patched):
     before = {p: p.stat().st_mtime_ns for p in run_a.rglob("*")}
     assert train.run(composed(run_a.parents[2])) == run_a
     assert {p: p.stat().st_mtime_ns for p in run_a.rglob("*")} == before
+
+
+def test_max_pairs_trains_on_a_seeded_subset_of_the_pairs_found(tmp_path, patched):
+    """max_pairs=1 of the pairs one iteration finds: one pair reaches DPO and pairs.jsonl, and both
+    counts are logged."""
+    real_step, seen = train.dpo_step, []
+
+    def recording_step(model, tokenizer, pairs, *args, **kwargs):
+        seen.append(list(pairs))
+        return real_step(model, tokenizer, pairs, *args, **kwargs)
+
+    patched.setattr(train, "dpo_step", recording_step)
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            run = train.run(compose("config", overrides=[*OVERRIDES, f"output_root={tmp_path}", "iterations=1",
+                                                         "max_pairs=1"]))
+    finally:
+        patched.setattr(train, "dpo_step", real_step)
+    it = run / "iter_1"
+    m = json.loads((it / "metrics.json").read_text())["metrics"]
+    written = (it / "pairs.jsonl").read_text().splitlines()
+    assert m["pairs/found"] >= 2, "the tiny run must find more pairs than it keeps for this test to mean anything"
+    assert m["pairs/kept"] == 1 and len(seen) == 1 and len(seen[0]) == 1 and len(written) == 1
+    assert json.loads(written[0])["chosen"] == seen[0][0].chosen

@@ -1,10 +1,11 @@
 """The pair rule (selfplay/pairs.py) on hand-made scores."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from selfplay.pairs import DROP_REASONS, build_pairs, select_pair
+from selfplay.pairs import DROP_REASONS, Pair, PairCounts, build_pairs, select_pair
 
 NAN = float("nan")
 
@@ -48,7 +49,7 @@ def test_build_pairs_counts_every_reason_and_keeps_texts():
     assert math.isclose(pairs[0].margin, 0.6)
     assert reasons == [None, "tie", "nan", "identical"]
     assert counts.envs == 4 and counts.pairs == 1
-    assert counts.dropped == {"nan": 1, "tie": 1, "margin": 0, "identical": 1, "truncated": 0}
+    assert counts.dropped == {"nan": 1, "tie": 1, "margin": 0, "identical": 1, "truncated": 0, "subsampled": 0}
     assert set(counts.dropped) == set(DROP_REASONS)
     m = counts.as_metrics()
     assert m["pairs/kept"] == 1.0 and m["pairs/kept_rate"] == 0.25 and m["pairs/dropped_nan"] == 1.0
@@ -79,22 +80,27 @@ def test_truncation_flags_must_match_the_answers():
         build_pairs(["e1"], ["p"], [["a", "b"]], [[0.1, 0.9]], 0.0, truncated=[[False]])
 
 
-def _pairs(n):
-    from selfplay.pairs import Pair, PairCounts
-
-    pairs = [Pair(f"t{i}", "p", f"c{i}", f"r{i}", 0, 1, 1.0, 0.0) for i in range(n)]
-    return pairs, PairCounts(envs=n, pairs=n, dropped={r: 0 for r in DROP_REASONS})
-
-
-def test_subsample_keeps_a_seeded_subset_in_order():
+def test_subsample_keeps_a_seeded_subset_in_order_and_counts_the_environments_it_empties():
     from selfplay.pairs import subsample
 
-    pairs, counts = _pairs(10)
-    kept, kept_counts = subsample(pairs, counts, 4, seed=7)
-    assert len(kept) == 4 and kept_counts.pairs == 4 and kept_counts.envs == 10
+    # all_pairs-style: environment "a" has 6 pairs, "b" 3, "c" 1; "d" had none (a tie)
+    tids = ["a"] * 6 + ["b"] * 3 + ["c"]
+    pairs = [Pair(t, "p", f"c{i}", f"r{i}", 0, 1, 1.0, 0.0) for i, t in enumerate(tids)]
+    counts = PairCounts(envs=4, pairs=10, dropped={r: int(r == "tie") for r in DROP_REASONS})
+    reasons = [None, None, None, "tie"]
+    kept, kept_counts, kept_reasons = subsample(pairs, counts, reasons, ["a", "b", "c", "d"], 4, seed=7)
+    assert len(kept) == 4 and kept_counts.pairs == 4 and kept_counts.envs == 4
     order = [pairs.index(p) for p in kept]
     assert order == sorted(order) and len(set(order)) == 4  # original order, no repeats
-    assert subsample(pairs, counts, 4, seed=7)[0] == kept  # the seed fixes the draw
-    assert any(subsample(pairs, counts, 4, seed=s)[0] != kept for s in range(8, 12))  # another seed differs
-    assert subsample(pairs, counts, None, seed=7) == (pairs, counts)  # no limit: every pair
-    assert subsample(pairs, counts, 10, seed=7) == (pairs, counts)  # limit not exceeded: every pair
+    emptied = {"a", "b", "c"} - {p.task_id for p in kept}
+    assert kept_reasons == [("subsampled" if t in emptied else None) for t in "abc"] + ["tie"]
+    assert kept_counts.dropped["subsampled"] == len(emptied) and kept_counts.dropped["tie"] == 1
+    assert subsample(pairs, counts, reasons, "abcd", 4, seed=7)[0] == kept  # the seed fixes the draw
+    assert any(subsample(pairs, counts, reasons, "abcd", 4, seed=s)[0] != kept for s in range(8, 12))
+    assert subsample(pairs, counts, reasons, "abcd", None, seed=7) == (pairs, counts, reasons)  # no limit
+    assert subsample(pairs, counts, reasons, "abcd", 10, seed=7) == (pairs, counts, reasons)  # not exceeded
+    # one pair per environment (build_pairs): every environment is kept, subsampled or dropped before
+    one = pairs[:1] + pairs[6:7] + pairs[9:]
+    _, c, r = subsample(one, replace(counts, pairs=3), reasons, "abcd", 1, seed=0)
+    assert c.pairs == 1 and c.dropped["subsampled"] == 2 and r.count(None) == 1
+    assert c.pairs + sum(c.dropped.values()) == c.envs
