@@ -77,7 +77,7 @@ lint: install
 warm-start: install
 	$(PY) -m selfplay.sft smollm2-135m-sft
 
-# The CPU demo (experiments/results/demo/README.md, ~30 minutes on 2 cores): the positive control
+# The CPU demo (experiments/results/demo/README.md, 35 minutes on 2 cores): the positive control
 # `decisive` and the negative control `oracle_verdict` from π_0 = SmolLM2-135M-Instruct, each training on
 # what it prefers among the mini train environments' labelled answers, T = 3; every checkpoint audited
 # (the preference probe on the held-out environments, KL and free generation on n = 1 answer per
