@@ -106,7 +106,7 @@ probe-check: install
 CONTROLS := outputs/controls
 controls: install
 	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=controls reward=decisive,oracle_verdict
-	$(PY) -m audit.gap ckpt=$(CONTROLS) n=1 batch_size=32
+	$(PY) -m audit.gap ckpt=$(CONTROLS) n=1 batch_size=32 probe_labelled=false
 	$(PY) -m audit.report $(CONTROLS)
 
 # The full CPU experiment (hours, in the background): self-play (experiments/conf/experiment/selfplay.yaml)
