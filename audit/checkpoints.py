@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ class Checkpoint:
     def adapter_path(self) -> Path:
         return self.path / ADAPTER
 
-    @property
+    @cached_property
     def adapter_is_noop(self) -> bool:
         """Whether the adapter changes nothing: every LoRA B matrix is zero, as PEFT initialises it (the
         fresh adapter of iter_0). Such a checkpoint is π_0 exactly, so the audit runs it as π_0."""

@@ -294,6 +294,7 @@ class Models:
         self._adapter: dict[str, Path | None] = {}  # ... -> the adapter it holds now
         self._files: dict[Path, Any] = {}  # one JsonlCache per cache file
         self._tokenizers: dict[str, Any] = {}
+        self._endpoints: dict[str, Any] = {}  # endpoint fingerprint digest -> its client
 
     def _backend(self, policy: Mapping[str, Any], lora: Mapping[str, Any] | None, adapter: Path | None):
         from selfplay.models import load_backend
@@ -349,7 +350,10 @@ class Models:
         from judges.oracle import endpoint_backend
 
         identity = {"endpoint": endpoint.fingerprint()}
-        backend = endpoint_backend(endpoint)
+        key = digest(identity)
+        if key not in self._endpoints:  # one client per server for the whole audit, as for the models
+            self._endpoints[key] = endpoint_backend(endpoint)
+        backend = self._endpoints[key]
         tok = backend.tokenizer
         return CachedBackend(name=backend.name, tokenizer=tok, render=backend.render, identity=identity,
                              adapter_id=None, cache=self._cache(seed_dir, identity), load=lambda: backend,

@@ -46,9 +46,11 @@ class PairCounts:
     envs: int
     pairs: int
     dropped: dict[str, int]  # reason -> environments dropped for it (every reason in DROP_REASONS)
+    found: int | None = None  # pairs found before `subsample` kept `pairs` of them; None: all were kept
 
     def as_metrics(self) -> dict[str, float]:
-        out = {"pairs/envs": float(self.envs), "pairs/kept": float(self.pairs)}
+        out = {"pairs/envs": float(self.envs), "pairs/kept": float(self.pairs),
+               "pairs/found": float(self.pairs if self.found is None else self.found)}
         out.update({f"pairs/dropped_{r}": float(n) for r, n in self.dropped.items()})
         out["pairs/kept_rate"] = self.pairs / self.envs if self.envs else 0.0
         return out
@@ -121,7 +123,7 @@ def subsample(pairs: list[Pair], counts: PairCounts, reasons: list[str | None], 
     left = {p.task_id for p in kept}
     reasons = [r if r is not None or tid in left else "subsampled" for tid, r in zip(task_ids, reasons, strict=True)]
     dropped = dict(counts.dropped, subsampled=sum(r == "subsampled" for r in reasons))
-    return kept, replace(counts, pairs=limit, dropped=dropped), reasons
+    return kept, replace(counts, pairs=limit, found=counts.pairs, dropped=dropped), reasons
 
 
 def all_pairs(

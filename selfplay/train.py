@@ -219,6 +219,7 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
 
         judge_backend = load_backend(PolicyConfig.named(settings.judge.model), backend=tr.backend)
     prompts_of = [policy.render(policy_messages(e.public)) for e in envs]
+    task_ids = [e.task_id for e in envs]
     check_prompt_lengths(policy, envs, prompts_of, settings)
     A.discard_partial(state)  # the first write: every check above has passed
     logger = start_logger(settings.logger, run, name=f"{settings.reward_name}-seed{tr.seed}",
@@ -246,12 +247,11 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 scores = [[v.score for v in env] for env in verdicts]
                 cut = [[is_truncated(x) for x in env] for env in answers]
                 if offline_candidates(settings):
-                    pairs, counts, reasons = all_pairs([e.task_id for e in envs], prompts_of, answers, scores, tr.margin)
+                    pairs, counts, reasons = all_pairs(task_ids, prompts_of, answers, scores, tr.margin)
                 else:
-                    pairs, counts, reasons = build_pairs([e.task_id for e in envs], prompts_of, answers, scores,
-                                                         tr.margin, truncated=None if tr.pair_truncated else cut)
-                found = counts.pairs
-                pairs, counts, reasons = subsample(pairs, counts, reasons, [e.task_id for e in envs], tr.max_pairs,
+                    pairs, counts, reasons = build_pairs(task_ids, prompts_of, answers, scores, tr.margin,
+                                                         truncated=None if tr.pair_truncated else cut)
+                pairs, counts, reasons = subsample(pairs, counts, reasons, task_ids, tr.max_pairs,
                                                    derive_seed(tr.seed, PAIRS, t))
 
                 policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
@@ -265,8 +265,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 policy.save_adapter(dest / "adapter")
                 policy.wake_up()  # vLLM takes its GPU memory back
 
-                metrics = (judge_metrics(verdicts) | counts.as_metrics() | {"pairs/found": float(found)}
-                           | sample_metrics(cut) | train_metrics | times)
+                metrics = (judge_metrics(verdicts) | counts.as_metrics() | sample_metrics(cut)
+                           | train_metrics | times)
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, verdicts, pairs, reasons, metrics, resolved)
             policy.load_adapter(A.iteration_dir(run, t) / "adapter")  # as after iteration 0

@@ -95,6 +95,8 @@ def test_subsample_keeps_a_seeded_subset_in_order_and_counts_the_environments_it
     emptied = {"a", "b", "c"} - {p.task_id for p in kept}
     assert kept_reasons == [("subsampled" if t in emptied else None) for t in "abc"] + ["tie"]
     assert kept_counts.dropped["subsampled"] == len(emptied) and kept_counts.dropped["tie"] == 1
+    assert (kept_counts.as_metrics()["pairs/found"], kept_counts.as_metrics()["pairs/kept"]) == (10.0, 4.0)
+    assert counts.as_metrics()["pairs/found"] == 10.0  # nothing subsampled: every pair found was kept
     assert subsample(pairs, counts, reasons, "abcd", 4, seed=7)[0] == kept  # the seed fixes the draw
     assert any(subsample(pairs, counts, reasons, "abcd", 4, seed=s)[0] != kept for s in range(8, 12))
     assert subsample(pairs, counts, reasons, "abcd", None, seed=7) == (pairs, counts, reasons)  # no limit
