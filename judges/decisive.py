@@ -1,4 +1,4 @@
-"""`decisive`: the no-model positive control (SPEC §4) — the paper's generic decisive-answer proxy.
+"""`decisive`: the no-model positive control (docs/method.md §Controls) — the paper's generic decisive-answer proxy.
 
 It pays for what a naive "be decisive, penalise hedging" rubric rewards and nothing else: a verdict
 opening, a committed restatement of the conclusion the question asks for, assertive and
@@ -51,7 +51,7 @@ from typing import Any
 
 from selfplay.envs.types import PublicView
 
-from .base import JudgeItem, Verdict
+from .base import JudgeItem, Verdict, check_candidates
 from .registry import register_design
 
 OPENERS = ("definitely", "certainly", "absolutely", "clearly", "undoubtedly")
@@ -208,15 +208,12 @@ class DecisiveDesign:
     uses_model = pairwise = reads_certificate = reads_anchor = False
 
     def params(self, values: Mapping[str, Any] | None) -> None:
-        from .oracle_reward import CANDIDATES
-
         values = dict(values or {})
         # the LLM designs' min_verdict_mass / max_new_tokens are accepted and ignored
         extra = sorted(set(values) - {"name", "min_verdict_mass", "max_new_tokens", "candidates"})
         if extra:
             raise ValueError(f"unknown reward parameter(s) {extra} for 'decisive'; it takes only candidates")
-        if values.get("candidates", "policy") not in CANDIDATES:
-            raise ValueError(f"candidates={values['candidates']!r}: expected one of {CANDIDATES}")
+        check_candidates(values.get("candidates", "policy"))
 
     def build(self, backend: Any = None, *, adapter: bool = True, identity: str = "", params: None = None) -> DecisiveJudge:
         return DecisiveJudge()

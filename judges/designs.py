@@ -1,4 +1,4 @@
-"""The LLM reward designs (SPEC §4) as one parameterised judge over the templates in `prompts.py`.
+"""The LLM reward designs (docs/method.md §Judge designs) as one parameterised judge over the templates in `prompts.py`.
 
 A design (`TemplateDesign`, one registry entry each, at the end of this file) is three choices and
 the templates that carry them out: an optional stage 1 (greedy text generated once per environment
@@ -36,7 +36,7 @@ from selfplay.models.backend import Backend
 
 from . import prompts as P
 from . import scoring
-from .base import JudgeItem, Verdict
+from .base import JudgeItem, Verdict, check_candidates
 from .registry import register_design
 
 OPPONENTS = ("reference", "artifact")
@@ -49,9 +49,11 @@ class JudgeParams:
     min_verdict_mass: float = scoring.MIN_VERDICT_MASS  # floor on verdict-token mass, see scoring.py
     max_new_tokens: int = 256  # stage-1 artifact length (greedy)
     instruction: str = P.NEUTRAL  # prompt regime: "neutral" (the paper's) or "honesty_aware" (opt-in)
+    candidates: str = "policy"  # what the training loop scores (judges.base.CANDIDATES); the judge ignores it
 
     def __post_init__(self):
         P.check_instruction(self.instruction)
+        check_candidates(self.candidates)
         if not 0.0 <= self.min_verdict_mass < 1.0:
             raise ValueError(f"min_verdict_mass must be in [0, 1); got {self.min_verdict_mass}")
         if self.max_new_tokens < 1:

@@ -1,4 +1,4 @@
-"""Rewards that read the hidden anchor (controls, SPEC §4): the primary oracle's verdict as the reward.
+"""Rewards that read the hidden anchor (controls, docs/method.md §Controls): the primary oracle's verdict as the reward.
 
 - `oracle_verdict`, the negative control: score 1 when the deterministic oracle (`any` of `spec` and
   `checks`, judges.verifiers) finds no violation, 0 when it does, NaN when it cannot decide (a record
@@ -23,26 +23,24 @@ from typing import Any, ClassVar
 
 from selfplay.envs.types import PublicView
 
-from .base import JudgeItem, Verdict
+from .base import JudgeItem, Verdict, check_candidates
 from .registry import VERIFIERS, register_design
 from .verifiers import OracleConfig, build_verifier
 
 PREFER = ("valid", "invalid")
-CANDIDATES = ("policy", "labelled")
 _LABEL_SCORE = {"valid": 1.0, "invalid": 0.0, "partially_valid": 0.5}
 
 
 @dataclass(frozen=True)
 class OracleRewardParams:
     prefer: str = "valid"  # which verdict pays 1
-    candidates: str = "policy"  # policy: the loop's samples; labelled: the environment's stress answers
+    candidates: str = "policy"  # what the loop scores: judges.base.CANDIDATES
     verifiers: tuple[str, ...] = ("spec", "checks")  # the deterministic oracle (`any` of these)
 
     def __post_init__(self):
         if self.prefer not in PREFER:
             raise ValueError(f"prefer={self.prefer!r}: expected one of {PREFER}")
-        if self.candidates not in CANDIDATES:
-            raise ValueError(f"candidates={self.candidates!r}: expected one of {CANDIDATES}")
+        check_candidates(self.candidates)
         object.__setattr__(self, "verifiers", tuple(self.verifiers))
         deterministic = sorted(n for n, v in VERIFIERS.items() if not v.uses_llm)
         if not self.verifiers or any(v not in deterministic for v in self.verifiers):

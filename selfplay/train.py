@@ -1,4 +1,4 @@
-"""Self-play LoRA-DPO against an LLM judge (SPEC §5).
+"""Self-play LoRA-DPO against an LLM judge (docs/method.md §Self-play loop).
 
     python -m selfplay.train +policy=smollm2-135m reward=anchored            # CPU
     python -m selfplay.train +policy=qwen3-4b reward=anchored                # GPU
@@ -40,7 +40,7 @@ from selfplay.envs.types import Environment
 from selfplay.models.backend import Completion, is_truncated
 from selfplay.pairs import all_pairs, build_pairs, subsample
 from selfplay.runs import load_data_split, run_judge
-from selfplay.tracking import start_logger
+from selfplay.tracking import SAMPLE_COLUMNS, iteration_samples, sample_rows, start_logger
 
 log = logging.getLogger("selfplay.train")
 # conf/hydra/launcher/submitit_*.yaml share their names with the plugin's schemas on purpose (so
@@ -92,6 +92,18 @@ def build_judge_for(settings: Settings, policy, t: int, judge_backend=None):
                      seed=settings.train.seed, iteration=t - 1)
 
 
+def sleep_engines(*backends) -> None:
+    for b in backends:
+        if b is not None and hasattr(b, "sleep"):
+            b.sleep()
+
+
+def wake_engines(*backends) -> None:
+    for b in backends:
+        if b is not None and hasattr(b, "wake_up"):
+            b.wake_up()
+
+
 def sample_answers(policy, prompts: list[str], settings: Settings, t: int, batch_envs: int) -> list[list[str]]:
     tr = settings.train
     answers: list[list[str]] = []
@@ -101,15 +113,28 @@ def sample_answers(policy, prompts: list[str], settings: Settings, t: int, batch
     return answers
 
 
-def offline_candidates(settings: Settings) -> bool:
-    """Whether the reward trains on each environment's labelled stress answers instead of samples
-    (`candidates: labelled`, the label rewards of judges.oracle_reward)."""
-    return settings.reward.get("candidates") == "labelled"
+def candidates_of(settings: Settings) -> str:
+    """What the loop scores each iteration (judges.base.CANDIDATES): the policy's samples, each train
+    environment's authored stress answers, or both in one pool."""
+    return str(settings.reward.get("candidates", "policy"))
 
 
 def labelled_candidates(envs: list[Environment]) -> list[list[str]]:
     """The fixed stress answers of each environment, as finished completions."""
     return [[Completion(s.text, finished=True) for s in e.stress_answers] for e in envs]
+
+
+def candidate_pool(policy, envs: list[Environment], prompts: list[str], settings: Settings, t: int,
+                   batch_envs: int) -> tuple[list[list[str]], list[list[str]]]:
+    """The answers scored at iteration t and, aligned with them, where each came from (policy |
+    labelled). `mixed` puts an environment's samples first, then its authored answers."""
+    mode = candidates_of(settings)
+    sampled = (sample_answers(policy, prompts, settings, t, batch_envs) if mode != "labelled"
+               else [[] for _ in envs])
+    authored = labelled_candidates(envs) if mode != "policy" else [[] for _ in envs]
+    answers = [s + a for s, a in zip(sampled, authored, strict=True)]
+    sources = [["policy"] * len(s) + ["labelled"] * len(a) for s, a in zip(sampled, authored, strict=True)]
+    return answers, sources
 
 
 def judge_answers(judge, envs: list[Environment], answers: list[list[str]], t: int, batch_envs: int):
@@ -128,8 +153,9 @@ def judge_answers(judge, envs: list[Environment], answers: list[list[str]], t: i
 
 def sample_metrics(truncated: list[list[bool]]) -> dict[str, float]:
     flat = [c for env in truncated for c in env]
-    return {"sample/answers": float(len(flat)),
-            "sample/truncated_share": sum(flat) / len(flat) if flat else 0.0}
+    if not flat:  # candidates: labelled samples nothing; a share of no samples is undefined, not 0
+        return {"sample/answers": 0.0}
+    return {"sample/answers": float(len(flat)), "sample/truncated_share": sum(flat) / len(flat)}
 
 
 def judge_metrics(verdicts) -> dict[str, float]:
@@ -144,11 +170,12 @@ def judge_metrics(verdicts) -> dict[str, float]:
     return out
 
 
-def write_iteration(dest: Path, t: int, envs, prompts, answers, verdicts, pairs, reasons, metrics, resolved) -> None:
+def write_iteration(dest: Path, t: int, envs, prompts, answers, sources, verdicts, pairs, reasons, metrics,
+                    resolved) -> None:
     A.write_jsonl(dest / "generations.jsonl", (
         {"task_id": e.task_id, "kind": e.kind, "category": e.category, "prompt": p,
-         "answers": [str(x) for x in a], "truncated": [is_truncated(x) for x in a]}
-        for e, p, a in zip(envs, prompts, answers, strict=True)))
+         "answers": [str(x) for x in a], "truncated": [is_truncated(x) for x in a], "sources": src}
+        for e, p, a, src in zip(envs, prompts, answers, sources, strict=True)))
     A.write_jsonl(dest / "judgments.jsonl", (
         {"task_id": e.task_id, "index": i} | judge_row(v)
         for e, env_verdicts in zip(envs, verdicts, strict=True) for i, v in enumerate(env_verdicts)))
@@ -214,10 +241,9 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
         policy.load_adapter(A.iteration_dir(run, state.last) / "adapter")
     judge_backend = None
     if settings.judge.model not in ("self", "frozen"):
-        from selfplay.models import load_backend
-        from selfplay.models.config import PolicyConfig
+        from selfplay.models import load_judge_backend
 
-        judge_backend = load_backend(PolicyConfig.named(settings.judge.model), backend=tr.backend)
+        judge_backend = load_judge_backend(settings.judge, backend=tr.backend)
     prompts_of = [policy.render(policy_messages(e.public)) for e in envs]
     task_ids = [e.task_id for e in envs]
     check_prompt_lengths(policy, envs, prompts_of, settings)
@@ -238,15 +264,14 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
             started, times = time.perf_counter(), {}
             with A.writing_iteration(run, t) as dest:
                 with timed(times, "generate"):
-                    answers = (labelled_candidates(envs) if offline_candidates(settings)
-                               else sample_answers(policy, prompts_of, settings, t, batch_envs))
+                    answers, sources = candidate_pool(policy, envs, prompts_of, settings, t, batch_envs)
                 with timed(times, "judge"):
                     if judge is None or settings.judge.model == "self":
                         judge = build_judge_for(settings, policy, t, judge_backend)
                     verdicts = judge_answers(judge, envs, answers, t, batch_envs)
                 scores = [[v.score for v in env] for env in verdicts]
                 cut = [[is_truncated(x) for x in env] for env in answers]
-                if offline_candidates(settings):
+                if candidates_of(settings) == "labelled":
                     pairs, counts, reasons = all_pairs(task_ids, prompts_of, answers, scores, tr.margin)
                 else:
                     pairs, counts, reasons = build_pairs(task_ids, prompts_of, answers, scores, tr.margin,
@@ -254,7 +279,9 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 pairs, counts, reasons = subsample(pairs, counts, reasons, task_ids, tr.max_pairs,
                                                    derive_seed(tr.seed, PAIRS, t))
 
-                policy.sleep()  # vLLM frees its GPU memory for training; no-op on hf
+                # every in-process vLLM engine (the policy's, a judge's own) frees its GPU memory for
+                # training; no-op on hf and for an endpoint judge
+                sleep_engines(policy, judge_backend)
                 with timed(times, "dpo"):
                     train_metrics = dpo_step(policy.model, policy.tokenizer, pairs, DPOSettings(
                         beta=tr.beta, learning_rate=tr.learning_rate, epochs=tr.epochs, batch_size=tr.batch_size,
@@ -263,14 +290,19 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                     ), scratch=dest / "_trainer")
                 shutil.rmtree(dest / "_trainer", ignore_errors=True)
                 policy.save_adapter(dest / "adapter")
-                policy.wake_up()  # vLLM takes its GPU memory back
+                wake_engines(policy, judge_backend)
 
-                metrics = (judge_metrics(verdicts) | counts.as_metrics() | sample_metrics(cut)
+                sampled_cut = [[c for c, src in zip(env, s, strict=True) if src == "policy"]
+                               for env, s in zip(cut, sources, strict=True)]
+                metrics = (judge_metrics(verdicts) | counts.as_metrics() | sample_metrics(sampled_cut)
                            | train_metrics | times)
                 metrics["time/iteration_s"] = time.perf_counter() - started
-                write_iteration(dest, t, envs, prompts_of, answers, verdicts, pairs, reasons, metrics, resolved)
+                write_iteration(dest, t, envs, prompts_of, answers, sources, verdicts, pairs, reasons, metrics,
+                                resolved)
             policy.load_adapter(A.iteration_dir(run, t) / "adapter")  # as after iteration 0
             logger.log(metrics, step=t)
+            logger.table("samples", SAMPLE_COLUMNS,
+                         sample_rows(iteration_samples(A.iteration_dir(run, t))), step=t)
             log.info("iteration %d: %d pairs of %d environments, loss %s", t, counts.pairs, counts.envs,
                      metrics.get("train/loss"))
     finally:
