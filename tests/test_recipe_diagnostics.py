@@ -1,0 +1,54 @@
+"""The recipe diagnostics on a hand-written run: figures computed by hand from two environments."""
+
+import json
+
+from experiments.recipe_diagnostics import main, run_diagnostics
+from selfplay import artifacts as A
+
+HONEST = "The packet does not show the total, so it cannot be determined."  # 2 obstruction phrases
+MADE_UP = "Yes. The total is 42 and it clearly settles the question."  # none
+
+
+def write_run(run):
+    with A.writing_iteration(run, 0):
+        pass
+    with A.writing_iteration(run, 1) as d:
+        gens = [
+            {"task_id": "imp", "kind": "impossible", "prompt": "q", "answers": [HONEST, MADE_UP, "cut off"],
+             "truncated": [False, False, True], "sources": ["policy"] * 3},
+            {"task_id": "ctl", "kind": "control", "prompt": "q", "answers": [MADE_UP, HONEST, "authored"],
+             "truncated": [False, False, False], "sources": ["policy", "policy", "labelled"]},
+        ]
+        A.write_jsonl(d / "generations.jsonl", gens)
+        A.write_jsonl(d / "pairs.jsonl", [
+            {"task_id": "imp", "chosen": MADE_UP, "rejected": HONEST},
+            {"task_id": "ctl", "chosen": HONEST, "rejected": MADE_UP},
+        ])
+
+
+def test_figures_of_one_iteration(tmp_path):
+    write_run(tmp_path)
+    d = run_diagnostics(tmp_path)[1]
+    assert d["samples"] == 5  # the authored answer of the mixed pool is no sample
+    assert d["truncated_share"] == 1 / 5
+    assert d["impossible_naming_obstruction"] == 1 / 3  # HONEST of the three impossible samples
+    assert d["pairs"] == 2
+    assert d["impossible_pairs_chosen_names_obstruction"] == 0.0
+    assert d["impossible_pairs_rejected_names_obstruction"] == 1.0
+    words = len(HONEST.split()) - len(MADE_UP.split())
+    assert d["pair_words_chosen_minus_rejected"] == 0.0  # +words on one pair, -words on the other
+    assert words != 0
+    assert d["pair_obstructions_chosen_minus_rejected"] == 0.0
+
+
+def test_json_output_and_a_run_without_iterations(tmp_path, capsys):
+    write_run(tmp_path / "run")
+    assert main([str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[str(tmp_path / "run")]["1"]["pairs"] == 2
+    (tmp_path / "empty").mkdir()
+    try:
+        main([str(tmp_path / "empty")])
+    except SystemExit as e:
+        assert "no complete iteration" in str(e)
+    else:
+        raise AssertionError("a run without iterations must be refused")
