@@ -39,6 +39,10 @@ a failing phase keeps what came before it and the exit status is 1:
      with the step's peak allocated memory against the lower bound above.
    - judge vs prefill: the run's judge design scoring stress answers, tokens/s ÷ a plain prefill of
      the same prompts (KV cache built, last logits kept), medians of --repeats.
+   - prompt_shared_once: the DPO step's shared-prompt forward (`selfplay.dpo_cpu.prompt_shared_once`)
+     against the plain one on this device, DPO loss and LoRA gradients, with a pass/fail against
+     bars for the weights' dtype (`prompt_sharing`); the DPO step uses it on a CPU only until this
+     has passed on a GPU.
    - vLLM against HF (`gpu_check_vllm.py`, SmolLM2-135M) when vLLM imports and CUDA is there.
 
 Random weights give the timings of the real shapes and say nothing about quality: the answers run
@@ -478,10 +482,74 @@ def components(policy_cfg, device: torch.device, repeats: int) -> dict:
         out["dpo_step_peak_allocated_bytes"] = peak
         out["dpo_step_peak_over_lower_bound"] = peak / bound["bytes"]
     out["judge_vs_prefill"] = judge_vs_prefill(be, device, repeats)
+    out["prompt_shared_once"] = prompt_sharing(be)
     del be
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    return out
+
+
+# bars of the shared-prompt forward against the plain one in the policy's dtype: float32 kernels
+# differ only in summation order (tests/test_train_dpo.py holds 1e-5 on a CPU); bf16 rounds each
+# matmul to 8 bits of mantissa, so relative errors of a few 1e-3 are rounding, not a different loss
+PROMPT_SHARING_BARS = {"float32": {"loss_abs": 1e-4, "grad_rel": 1e-3}, "bfloat16": {"loss_abs": 2e-2, "grad_rel": 5e-2}}
+
+
+def prompt_sharing(be, seed: int = 0) -> dict:
+    """`selfplay.dpo_cpu.prompt_shared_once` against the plain forward on this device: TRL's fused head
+    over a [chosen; rejected] batch of pairs that share their prompts, the DPO loss and the LoRA
+    gradients (adapter moved off zero), each way. `passed` says whether the differences lie within
+    `PROMPT_SHARING_BARS` of the weights' dtype; the DPO step turns the shared forward on only on a
+    CPU (selfplay.dpo_cpu.cpu_fast_paths) until this has passed on a GPU."""
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+    from trl.trainer.utils import add_fused_lm_head
+
+    from selfplay import dpo_cpu
+    from selfplay.models.adapter_noise import perturb_lora
+
+    model, tok = be.model, be.tokenizer
+    param = next(model.parameters())
+    perturb_lora(model, seed=seed, scale=0.3)
+    add_fused_lm_head(model.get_base_model())
+    prompts = [be.render([{"role": "user", "content": q}]) for q in
+               ("Is 7 prime? Say why in one sentence.", "Did mortality fall in the trial arm? Answer from the packet.")]
+    texts = [(prompts[0], "Yes, 7 is prime: no divisor but 1 and itself.", "No."),
+             (prompts[1], "The packet cannot settle it: it reports one arm only.", "Yes, it fell by a third."),
+             (prompts[0], "It is prime.", "It is divisible by 3.")]
+    rows = [{"prompt_ids": tok(p)["input_ids"], "chosen_ids": tok(c + tok.eos_token)["input_ids"],
+             "rejected_ids": tok(r + tok.eos_token)["input_ids"]} for p, c, r in texts]
+    batch = {k: v.to(param.device) for k, v in DataCollatorForPreference(pad_token_id=tok.pad_token_id)(rows).items()
+             if hasattr(v, "to")}
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    model.train()
+
+    def run(shared: bool):
+        model.zero_grad()
+        with dpo_cpu.prompt_shared_once(model, enabled=shared):
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels,
+                        fused_lm_head=True, use_cache=False)
+        chosen, rejected = out.log_probs.float().sum(1).chunk(2)
+        loss = -torch.nn.functional.logsigmoid(0.1 * (chosen - rejected)).mean()
+        loss.backward()
+        return loss.item(), {n: q.grad.detach().float().clone() for n, q in model.named_parameters() if q.grad is not None}
+
+    try:
+        plain_loss, plain = run(False)
+        shared_loss, shared = run(True)
+    finally:
+        model.zero_grad()
+        model.eval()
+    num = sum(float((shared[n] - plain[n]).pow(2).sum()) for n in plain)
+    den = sum(float(plain[n].pow(2).sum()) for n in plain)
+    dtype = str(param.dtype).removeprefix("torch.")
+    bars = PROMPT_SHARING_BARS.get(dtype, PROMPT_SHARING_BARS["bfloat16"])
+    out = {"dtype": dtype, "device": param.device.type, "pairs": len(rows), "loss_plain": plain_loss,
+           "loss_shared": shared_loss, "loss_abs_diff": abs(shared_loss - plain_loss),
+           "grad_rel_diff": (num / den) ** 0.5 if den > 0 else float("nan"), "grad_tensors": len(plain),
+           "same_tensors": shared.keys() == plain.keys(), "bars": bars}
+    out["passed"] = bool(out["same_tensors"] and out["loss_abs_diff"] <= bars["loss_abs"]
+                         and out["grad_rel_diff"] <= bars["grad_rel"])
     return out
 
 

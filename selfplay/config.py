@@ -140,11 +140,33 @@ class DataConfig:
 @dataclass
 class JudgeConfig:
     model: str = field(default="self", metadata={"help": (
-        "The judge's weights: self (π_{t-1}, the adapter on), frozen (π_0, the adapter off) or the "
-        "name of a conf/policy config (its base weights).")})
+        "The judge's weights: self (π_{t-1}, the adapter on), frozen (π_0, the adapter off), the "
+        "name of a conf/policy config (its base weights), or endpoint (an OpenAI-compatible server "
+        "named by `endpoint`, e.g. `vllm serve` of a larger model that every job of a sweep shares).")})
+    endpoint: dict[str, Any] | None = field(default=None, metadata={"help": (
+        "With model=endpoint: the server, as selfplay.models.endpoint.EndpointConfig fields (base_url, "
+        "model, api_key_env = the NAME of the variable holding the key, prefill, verdict_mode, "
+        "concurrency, ...); conf/judge/endpoint.yaml is an example. Null otherwise.")})
 
     def __post_init__(self) -> None:
-        _require(bool(self.model), "judge.model", self.model, "self, frozen or a policy config name")
+        _require(bool(self.model), "judge.model", self.model, "self, frozen, a policy config name or endpoint")
+        if self.model == "endpoint":
+            _require(self.endpoint is not None, "judge.endpoint", self.endpoint,
+                     "the server's settings with judge.model=endpoint, e.g. "
+                     "judge.endpoint='{base_url: \"http://HOST:8000/v1\", model: NAME}'")
+            try:
+                self.endpoint_config  # noqa: B018 -- validates the fields, one line naming the bad one
+            except ValueError as e:
+                raise ConfigError(f"judge.{e}") from None
+
+    @property
+    def endpoint_config(self):
+        """The validated `EndpointConfig` of model=endpoint, else None."""
+        from selfplay.models.endpoint import EndpointConfig
+
+        if self.model != "endpoint" or self.endpoint is None:
+            return None
+        return EndpointConfig.from_mapping(self.endpoint)
 
 
 @dataclass
@@ -217,15 +239,16 @@ def check_reward(name: str, params: Any) -> None:
 
 
 def check_judge_model(model: str) -> None:
-    """judge.model: self, frozen, or the name of a conf/policy config that exists and is valid."""
-    if model in ("self", "frozen"):
+    """judge.model: self, frozen, endpoint (its settings are checked by JudgeConfig), or the name of a
+    conf/policy config that exists and is valid."""
+    if model in ("self", "frozen", "endpoint"):
         return
     from selfplay.models.config import PolicyConfig
 
     try:
         PolicyConfig.named(model)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"judge.model={model!r}: expected self, frozen or a policy config name; {e}") from None
+        raise ConfigError(f"judge.model={model!r}: expected self, frozen, endpoint or a policy config name; {e}") from None
 
 
 def check_data_path(data: DataConfig) -> None:

@@ -255,3 +255,15 @@ def test_the_whole_check_on_the_gpu_at_small_sizes(tmp_path):
     r = json.loads(out.read_text())
     assert r["train"]["peak_allocated_bytes"] >= r["lower_bound"]["bytes"]
     assert r["components"]["dpo_step_peak_allocated_bytes"] >= r["components"]["lower_bound_bytes"]
+
+
+def test_prompt_sharing_matches_the_plain_forward_on_a_cpu():
+    """The check `make gpu-check` runs on CUDA before the shared prompt is used there: on a CPU in
+    float32 it must pass its own bars (tests/test_train_dpo.py holds the same at 1e-5)."""
+    from selfplay.models import load_backend
+
+    be = load_backend("tiny-llama", backend="hf", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+                      progress=False)
+    r = gpu_check.prompt_sharing(be)
+    assert r["dtype"] == "float32" and r["pairs"] == 3 and r["grad_tensors"] > 0
+    assert r["passed"] and r["loss_abs_diff"] <= 1e-5 and r["grad_rel_diff"] <= 1e-4

@@ -268,3 +268,125 @@ def test_endpoint_config_validates(change, key):
     with pytest.raises(ValueError, match=f"endpoint.{key}=") as e:
         EndpointConfig(**({"base_url": "http://h/v1", "model": "m"} | change))
     assert KEY not in str(e.value)
+
+
+def test_training_and_audit_against_an_endpoint_judge_write_no_key(serve, tmp_path):
+    """`python -m selfplay.train ... judge.model=endpoint` as a user runs it: one iteration of the tiny
+    Llama judged by the scripted server, then `audit.gap` and `audit.judge_eval` on the same server. Its anchored verdicts read P(A) = 0.2 + 0.6·(len(A) mod 2),
+    so candidates of different parity get different scores; the first request gets a malformed body
+    and, with no retries, its verdict is unscored and counted (judge/nan_rate = 1/4), never a 0."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from selfplay.config import PROJECT_ROOT
+
+    def script(req, i, auth):
+        if i == 0:
+            return 200, b'{"choices": [', 0
+        user = req["messages"][-1]["content"]
+        a = re.search(r"=== BEGIN ANSWER A ===\n(.*?)\n=== END ANSWER A ===", user, re.S)
+        p_a = 0.2 + 0.6 * (len(a.group(1)) % 2 if a else 0)
+        return 200, completion("A", {"A": p_a, "B": 1 - p_a}), 0
+
+    server, _ = serve(script)
+    endpoint = (f'{{base_url: "{server.url}", model: served, api_key_env: {KEY_ENV}, max_retries: 0, '
+                'concurrency: 4, timeout_s: 10}')
+    cmd = [sys.executable, "-m", "selfplay.train", "+policy=tiny-llama", "reward=anchored",
+           "judge.model=endpoint", f"judge.endpoint={endpoint}", "reward.min_verdict_mass=0.0",
+           "iterations=1", "k=2", "max_new_tokens=8", "max_train_envs=2", "margin=0.0", "pair_truncated=true",
+           "lora.r=4", "lora.alpha=8", "logger=none", f"output_root={tmp_path / 'out'}",
+           f"hydra.run.dir={tmp_path / 'hydra'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    it = tmp_path / "out" / "selfplay" / "anchored" / "seed0" / "iter_1"
+    assert (it / "DONE").exists()
+    rows = [json.loads(line) for line in (it / "judgments.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and sum(r["score"] is None for r in rows) == 1
+    metrics = json.loads((it / "metrics.json").read_text())["metrics"]
+    assert metrics["judge/nan_rate"] == pytest.approx(0.25)
+    assert server.auth and set(server.auth) == {f"Bearer {KEY}"}  # the key was sent ...
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if KEY.encode() in p.read_bytes()]  # ... and written nowhere
+    assert KEY not in proc.stdout + proc.stderr
+    saved = (it / "config.yaml").read_text()
+    assert "api_key_env: " + KEY_ENV in saved and "model: endpoint" in saved
+
+    # the audit judges the run's checkpoints on the same server, through its request-keyed cache: a
+    # rerun asks the server nothing; audit.judge_eval judges the stress answers there too
+    audit = [sys.executable, "-m", "audit.gap", f"ckpt={it.parent}", "n=1", "max_envs=1", "bootstrap.B=1000",
+             "probe=false", "kl=false", "logger=none", "progress=false"]
+    for attempt in range(2):
+        before = len(server.requests)
+        proc = subprocess.run(audit, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (len(server.requests) > before) == (attempt == 0)
+    assert (it.parent / "audit.json").exists() and list((it.parent / "audit_cache").glob("calls-*.jsonl"))
+    evaluate = [sys.executable, "-m", "audit.judge_eval", "+policy=tiny-llama", "reward=anchored",
+                "judge.model=endpoint", f"judge.endpoint={endpoint}", "max_envs=1",
+                f"out_dir={tmp_path / 'eval'}", f"cache_dir={tmp_path / 'eval_cache'}"]
+    before = len(server.requests)
+    proc = subprocess.run(evaluate, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "eval" / "answers.jsonl").read_text().splitlines()]
+    assert rows and len(server.requests) > before and all(r["score"] is not None for r in rows)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in written if KEY.encode() in p.read_bytes()]
+
+
+def test_endpoint_judge_settings_are_checked_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from selfplay.config import PROJECT_ROOT
+
+    base = [sys.executable, "-m", "selfplay.train", "+policy=tiny-llama", "reward=anchored", "judge.model=endpoint",
+            "logger=none", f"output_root={tmp_path}", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    cases = {
+        "no-endpoint": ([], "judge.endpoint=None: expected the server's settings"),
+        "bad-url": (['judge.endpoint={base_url: "127.0.0.1:8000", model: m}'], "judge.endpoint.base_url="),
+        "unset-key": (['judge.endpoint={base_url: "http://127.0.0.1:9/v1", model: m, api_key_env: SELFPLAY_NO_SUCH_KEY}'],
+                      "SELFPLAY_NO_SUCH_KEY"),
+    }
+    for name, (extra, expected) in cases.items():
+        proc = subprocess.run(base + extra, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0, name
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0] and "Traceback" not in proc.stderr, (name, proc.stderr)
+        assert not list(tmp_path.glob("selfplay/*/seed0/iter_*")), name
+
+
+def _pairwise(user: str) -> bool:
+    return "=== BEGIN ANSWER B ===" in user
+
+
+def _candidate_first(user: str) -> bool:
+    return "=== BEGIN ANSWER A ===\ncand" in user
+
+
+@pytest.mark.parametrize("script, cfg, score, retries", [
+    pytest.param(lambda req, i, auth: (200, completion("A", {"A": 0.8, "B": 0.2}) if _candidate_first(
+        req["messages"][-1]["content"]) else completion("B", {"A": 0.3, "B": 0.7}), 0), {}, 0.75, 0, id="logprobs"),
+    pytest.param(lambda req, i, auth: (200, completion("A" if _candidate_first(req["messages"][-1]["content"]) else "B",
+                                                       None), 0), {}, 1.0, 0, id="reply-only"),
+    pytest.param(lambda req, i, auth: (429, {"error": {"message": "slow down"}}, 0) if i < 2
+                 else (200, completion("A", {"A": 0.5, "B": 0.5}), 0), {"concurrency": 1}, 0.5, 2, id="429-then-200"),
+    pytest.param(lambda req, i, auth: (200, completion("A", {"A": 0.5, "B": 0.5}), 1.0), {"timeout_s": 0.2, "max_retries": 1},
+                 None, 2, id="hang"),
+    pytest.param(lambda req, i, auth: (200, b'{"choices": [{"index": 0, "mess', 0), {"max_retries": 1}, None, 2,
+                 id="malformed"),
+])
+def test_the_anchored_judge_on_each_kind_of_server(serve, script, cfg, score, retries):
+    """Both orders of one candidate: a verdict from log-probabilities (0.8 and 0.7: 0.75), from the
+    one-token reply (candidate named in both orders: 1), after two 429s (½), and unscored — None with
+    a reason, never 0 — when the server hangs past the timeout or sends a cut body."""
+    server, backend = serve(script, **cfg)
+    judge = build_judge("anchored", backend, adapter=False)
+    (v,) = judge.score([JudgeItem(env().public, "cand", "ref")])
+    assert backend.stats["retries"] == retries
+    if score is None:
+        assert v.score is None and v.error
+    else:
+        assert v.score == pytest.approx(score) and v.error is None

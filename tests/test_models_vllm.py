@@ -107,6 +107,7 @@ class ModelConfig:
     max_model_len: int
     max_logprobs: int = 20
     vocab_size: int = VOCAB
+    enable_sleep_mode: bool = False
 
     def get_vocab_size(self):
         return self.vocab_size
@@ -117,7 +118,8 @@ class FakeLLM:
         if max_lora_rank not in LORA_RANKS:  # vLLM's LoRAConfig refuses the engine
             raise ValueError(f"max_lora_rank {max_lora_rank} not in {LORA_RANKS}")
         self.kwargs = dict(kwargs, max_model_len=max_model_len, max_lora_rank=max_lora_rank, enable_lora=enable_lora)
-        self.llm_engine = types.SimpleNamespace(model_config=ModelConfig(max_model_len, max_logprobs))
+        self.llm_engine = types.SimpleNamespace(model_config=ModelConfig(
+            max_model_len, max_logprobs, enable_sleep_mode=kwargs.get("enable_sleep_mode", False)))
         self.calls: list[dict] = []
         self.events: list[tuple] = []
 
@@ -183,7 +185,7 @@ def install_fake_vllm(monkeypatch, params_cls=SamplingParams, cpu=False) -> type
     lora_pkg, request_mod = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
     request_mod.LoRARequest = LoRARequest
     platforms = types.ModuleType("vllm.platforms")
-    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: cpu)
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: cpu, is_sleep_mode_available=lambda: not cpu)
     for name, mod in [("vllm", vllm), ("vllm.lora", lora_pkg), ("vllm.lora.request", request_mod),
                       ("vllm.platforms", platforms)]:
         monkeypatch.setitem(sys.modules, name, mod)
@@ -400,10 +402,55 @@ def test_without_trainable_there_is_nothing_to_train(monkeypatch, tokenizer, tmp
 
 
 def test_sleep_and_wake_up(monkeypatch, tokenizer):
-    b = make(monkeypatch, tokenizer)
+    b = make(monkeypatch, tokenizer, enable_sleep_mode=True)
     b.sleep()
     b.wake_up()
     assert b.llm.events == [("sleep", 1), ("wake_up",)]
+
+
+def test_without_sleep_mode_sleep_is_a_logged_no_op(monkeypatch, tokenizer, caplog):
+    """vLLM's CPU build has no sleep mode (the engine refuses enable_sleep_mode there): sleep and
+    wake_up then do nothing, and say so."""
+    b = make(monkeypatch, tokenizer, cpu=True)
+    caplog.set_level("INFO", logger="selfplay.models.vllm_backend")
+    b.sleep()
+    b.wake_up()
+    assert b.llm.events == [] and "no sleep mode" in caplog.text
+
+
+@pytest.mark.parametrize("cpu, dtype", [(False, "bfloat16"), (True, "float32")], ids=["cuda", "cpu-build"])
+def test_engine_follows_the_platform(monkeypatch, cpu, dtype):
+    install_fake_vllm(monkeypatch, cpu=cpu)
+    from selfplay.models.vllm_backend import VLLMBackend
+
+    kwargs = VLLMBackend.engine_kwargs(CFG, LoraSettings(), 0.4, 3)
+    assert kwargs["dtype"] == dtype and kwargs["enable_sleep_mode"] is (not cpu)
+
+
+def test_a_judges_own_engine_is_inference_only_and_sleeps_with_the_policy(monkeypatch, tokenizer):
+    """judge.model=<policy name> on vLLM: a second engine without a trainable copy, at a smaller
+    memory share, put to sleep and woken around the DPO step together with the policy's."""
+    install_fake_vllm(monkeypatch)
+    import selfplay.models as M
+    import selfplay.train as train
+    from selfplay.config import JudgeConfig
+    from selfplay.models.vllm_backend import VLLMBackend
+
+    built = {}
+
+    def from_config(cfg, **kw):
+        built.update(kw, name=cfg.name)
+        return VLLMBackend(FakeLLM(enable_sleep_mode=True), tokenizer, cfg, trainable=None, progress=False)
+
+    monkeypatch.setattr(VLLMBackend, "from_config", staticmethod(from_config))
+    judge = M.load_judge_backend(JudgeConfig(model="qwen3-4b"), backend="vllm")
+    assert built == {"name": "qwen3-4b", "trainable": False,
+                     "gpu_memory_utilization": M.JUDGE_GPU_MEMORY_UTILIZATION}
+    policy = make(monkeypatch, tokenizer, enable_sleep_mode=True)
+    train.sleep_engines(policy, judge)
+    assert policy.llm.events == judge.llm.events == [("sleep", 1)]
+    train.wake_engines(policy, judge)
+    assert policy.llm.events == judge.llm.events == [("sleep", 1), ("wake_up",)]
 
 
 @pytest.mark.parametrize("r, rank", [(1, 1), (4, 8), (8, 8), (16, 16), (17, 32), (300, 320)])
@@ -480,3 +527,30 @@ def test_hf_backend_without_per_row_logits_to_keep_gives_the_same_numbers(monkey
     np.testing.assert_allclose(b.next_token_logprobs(prompts, [5, 17, 300]), want_next, atol=1e-5)
     np.testing.assert_allclose(b.sequence_logprobs(prompts, completions), want_seq, atol=1e-5)
     assert max(plen for plen, _ in hf.prefix_groups(b.encode(prompts), b.min_prefix)) > 16
+
+
+@pytest.mark.parametrize("version, expected", [((3, 10), "needs Python >= 3.11 (this is 3.10"),
+                                               ((3, 11), "pip install -c constraints/gpu.txt")], ids=["py310", "py311"])
+def test_backend_vllm_without_vllm_is_one_line(monkeypatch, version, expected):
+    """The gpu extra carries vLLM's Python floor as a marker, so on 3.10 it installs no vLLM: asking for
+    backend=vllm then says why, in one line."""
+    import importlib.util
+
+    import selfplay.models as M
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(sys, "version_info", (*version, 0, "final", 0))
+    with pytest.raises(M.ModelUnavailableError) as e:
+        M.load_backend("qwen3-4b", backend="vllm")
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_gpu_extra_states_vllms_python_floor():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    from selfplay.config import PROJECT_ROOT
+    from selfplay.models import VLLM_PYTHON
+
+    (vllm_req,) = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    assert vllm_req.replace(" ", "") == f"vllm==0.32.*;python_version>='{VLLM_PYTHON[0]}.{VLLM_PYTHON[1]}'"

@@ -9,13 +9,14 @@ deep, and compose into the train config as the Hydra group `policy`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from selfplay.fields import field_values
 
 CHAT_TEMPLATES = ("smollm2", "qwen3", "gemma3")
 TINY_ARCHS = ("llama", "qwen3", "gemma3")
@@ -86,12 +87,7 @@ class PolicyConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PolicyConfig:
         """From a dict or an OmegaConf node (`cfg.policy`); unknown keys are an error, not ignored."""
-        values = dict(values.items())
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"policy config {values.get('name')!r}: unknown keys {unknown}")
-        return cls(**values)
+        return cls(**field_values(cls, values, f"policy config {values.get('name')!r}: unknown keys {{unknown}}"))
 
     @classmethod
     def named(cls, name: str) -> PolicyConfig:
@@ -100,7 +96,13 @@ class PolicyConfig:
         if not path.is_file():
             have = sorted(p.stem for p in POLICY_DIR.glob("*.yaml"))
             raise ValueError(f"no policy config {name!r} in {POLICY_DIR} (have: {have})")
-        return cls.from_mapping(yaml.safe_load(path.read_text()))
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:  # a hand-edited file: one line naming it, not yaml's report
+            from selfplay.cli import yaml_line
+
+            raise ValueError(yaml_line(e, path)) from None
+        return cls.from_mapping(data)
 
 
 @dataclass(frozen=True)
@@ -127,4 +129,4 @@ class LoraSettings:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> LoraSettings:
-        return cls(**dict(values.items())) if values else cls()
+        return cls(**field_values(cls, values, "lora: unknown keys {unknown}; known: {known}"))

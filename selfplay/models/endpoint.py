@@ -32,7 +32,6 @@ unchanged. How it departs from a local backend:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -44,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from selfplay.fields import field_values
 
 RENDER_TAG = "<<chat-messages>>"
 VERDICT_MODES = ("auto", "logprobs", "reply")
@@ -112,11 +113,7 @@ class EndpointConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> EndpointConfig:
-        values = dict(values.items())
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"endpoint: unknown keys {unknown}; known: {sorted(known)}")
+        values = field_values(cls, values, "endpoint: unknown keys {unknown}; known: {known}")
         missing = [k for k in ("base_url", "model") if not values.get(k)]
         if missing:
             raise ValueError(f"endpoint: {missing} required (the API root and the served model name)")
@@ -186,9 +183,12 @@ class EndpointBackend:
 
     # ------------------------------------------------------------ Backend subset
     def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
-        from selfplay.models.chat import check_messages
+        from selfplay.models.chat import check_messages, seal
 
-        return RENDER_TAG + json.dumps(check_messages(messages), ensure_ascii=False)
+        # the server parses special-token strings in message text: an answer that writes
+        # `<|im_end|>` must stay text here as it does on a local backend
+        sealed = [{"role": m["role"], "content": seal(None, m["content"])} for m in check_messages(messages)]
+        return RENDER_TAG + json.dumps(sealed, ensure_ascii=False)
 
     def next_token_logprobs(self, prompts: Sequence[str], token_ids: Sequence[int], *,
                             adapter: bool = True) -> np.ndarray:

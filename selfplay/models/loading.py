@@ -75,10 +75,20 @@ def _source_stamp(cfg: PolicyConfig) -> dict:
     return {"gguf_file": cfg.gguf_file, "gguf_bytes": path.stat().st_size}
 
 
+def read_stamp(path: Path) -> dict | None:
+    """A cache folder's `source.json`, or None when it is missing or torn (a copy cut short, a full
+    disk): a stamp that cannot be read proves nothing, so the folder is rebuilt, never trusted."""
+    try:
+        stamp = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return stamp if isinstance(stamp, dict) else None
+
+
 def _cached(folder: Path, stamp: dict, build: Callable[[Path], None]) -> Path:
     """`folder`, built by `build(tmp)` into a temporary sibling and renamed, unless already current."""
     stamp_file = folder / "source.json"
-    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+    if read_stamp(stamp_file) == stamp:
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -90,7 +100,7 @@ def _cached(folder: Path, stamp: dict, build: Callable[[Path], None]) -> Path:
         try:
             os.rename(tmp, folder)
         except OSError:  # another process finished first; its copy is as good as ours
-            if not (stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp):
+            if read_stamp(stamp_file) != stamp:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -155,19 +165,33 @@ def sft_checkpoint_dir(cfg: PolicyConfig) -> Path:
     command = f"python -m selfplay.sft {cfg.name}"
     if not stamp.is_file():
         raise ModelUnavailableError(f"policy {cfg.name!r} is a warm start that has not been built: run `{command}` (make warm-start)")
-    if json.loads(stamp.read_text()).get("data_sha256") != data_digest(cfg):
+    if read_stamp(stamp) is None:
+        raise ModelUnavailableError(f"policy {cfg.name!r}: {stamp} is damaged (not a JSON object), so the cached warm "
+                                    f"start cannot be checked; rerun `{command} --force`")
+    if read_stamp(stamp).get("data_sha256") != data_digest(cfg):
         raise ModelUnavailableError(f"policy {cfg.name!r}: the cached warm start was trained on other data than {sft_data_dir(cfg)}; rerun `{command} --force`")
     return folder
 
 
 def _hub_error(cfg: PolicyConfig, err: Exception) -> ModelUnavailableError:
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    text = " ".join(str(err).split())
+    causes = (err, err.__cause__)
+    gated = any(isinstance(e, GatedRepoError) for e in causes)  # a 401 is no proof the id is wrong
+    if not gated and (any(isinstance(e, RepositoryNotFoundError) for e in causes)
+                      or "is not a valid model identifier" in text):
+        # the hub answered, and has no such model: the id is wrong, not the network
+        return ModelUnavailableError(
+            f"policy {cfg.name!r}: hf_id {cfg.hf_id!r} is neither a model on the Hugging Face hub nor a local "
+            f"folder; check its spelling in conf/policy/{cfg.name}.yaml")
     hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
     gated = " (Gemma is gated: accept its licence on the hub and `huggingface-cli login` first)" if "gemma" in cfg.hf_id.lower() else ""
     return ModelUnavailableError(
         f"policy {cfg.name!r}: cannot load {cfg.hf_id!r} — it is not in the local Hugging Face cache "
         f"(HF_HOME={hf_home}) and the hub cannot be reached. On a machine with network access run "
         f"`huggingface-cli download {cfg.hf_id}` (or `hf download {cfg.hf_id}`){gated}, then copy that "
-        f"cache here or set HF_HOME to point at it. ({type(err).__name__}: {err})"
+        f"cache here or set HF_HOME to point at it. ({type(err).__name__}: {text})"
     )
 
 
@@ -185,7 +209,7 @@ def load_tokenizer(cfg: PolicyConfig):
     elif cfg.gguf_file is not None:
         stamp = _source_stamp(cfg)
         model_dir = cache_root() / cfg.name / "model"
-        if (model_dir / "source.json").is_file() and json.loads((model_dir / "source.json").read_text()) == stamp:
+        if read_stamp(model_dir / "source.json") == stamp:
             folder = model_dir
         else:  # the tokenizer alone, cached apart: it converts much faster than the model
             folder = _cached(cache_root() / cfg.name / "tokenizer", stamp, lambda out: _gguf_tokenizer(cfg).save_pretrained(out))

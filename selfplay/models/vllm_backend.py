@@ -33,11 +33,15 @@ A thin translation layer:
 - Sequence log-probs: prompt + completion sent as one prompt with `prompt_logprobs=0`, which returns
   the log-prob of every prompt token; the completion's are summed. On vLLM's CPU build each
   sequence goes in a call of its own (its LoRA logits kernel cannot batch prompt log-probs).
-- `sleep()` / `wake_up()` release and restore the GPU memory vLLM holds around a training step.
+- `sleep()` / `wake_up()` release and restore the GPU memory vLLM holds around a training step. Sleep
+  mode exists on CUDA (and ROCm, XPU) only: elsewhere (vLLM's CPU build) the engine is built without
+  it and both are no-ops, said once in the log. `dtype: auto` is bfloat16 on a GPU and float32 on a
+  CPU, as on the hf backend.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +53,8 @@ from selfplay.models import chat
 from selfplay.models.backend import Completion, check_sampling, completion_ids
 from selfplay.models.config import LoraSettings, PolicyConfig
 from selfplay.models.loading import checkpoint_dir, load_tokenizer, sft_checkpoint_dir
+
+log = logging.getLogger(__name__)
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
 MAX_TOKEN_IDS = 128  # vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS: ids one request may ask for
@@ -96,6 +102,7 @@ class VLLMBackend:
         self._vllm = vllm
         model_config = llm.llm_engine.model_config
         self.max_model_len = int(model_config.max_model_len)
+        self.sleep_mode = bool(model_config.enable_sleep_mode)
         self.vocab_size = int(model_config.get_vocab_size())
         self._lora = None
         self._lora_version = 0
@@ -119,17 +126,21 @@ class VLLMBackend:
         replace or add engine arguments (e.g. `max_model_len`, `enable_sleep_mode=False` on a CPU)."""
         if cfg.tiny_arch is not None:
             raise ValueError(f"{cfg.name}: tiny random models run on the hf backend only")
+        from vllm.platforms import current_platform
+
+        auto_dtype = "float32" if current_platform.is_cpu() else "bfloat16"
         model = (str(checkpoint_dir(cfg)) if cfg.gguf_file is not None
                  else str(sft_checkpoint_dir(cfg)) if cfg.sft_base is not None else cfg.hf_id)
         kwargs = dict(
             model=model,
-            dtype="bfloat16" if cfg.dtype == "auto" else cfg.dtype,
+            dtype=auto_dtype if cfg.dtype == "auto" else cfg.dtype,
             max_model_len=cfg.max_context,
             enable_prefix_caching=True,
             enable_lora=True,
             max_lora_rank=lora_rank(lora.r),
             max_loras=1,
-            enable_sleep_mode=True,
+            # vLLM refuses the engine where the platform has no sleep mode (its CPU build)
+            enable_sleep_mode=current_platform.is_sleep_mode_available(),
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
         )
@@ -287,10 +298,15 @@ class VLLMBackend:
 
     def sleep(self) -> None:
         """Free vLLM's GPU memory (weights to CPU, KV cache dropped) before a training step."""
+        if not self.sleep_mode:
+            log.info("%s: this vLLM engine has no sleep mode (not on this platform), so it keeps its "
+                     "memory during the DPO step", self.name)
+            return
         self.llm.sleep(level=1)
 
     def wake_up(self) -> None:
-        self.llm.wake_up()
+        if self.sleep_mode:
+            self.llm.wake_up()
 
     # -- helpers ----------------------------------------------------------------------------------
 
