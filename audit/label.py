@@ -19,15 +19,18 @@ the format of data/mini/labelled_answers.jsonl plus `labeller`, `labelled_at` (U
 the link back to the answer, kept in the file and never shown: `checkpoint` (the iteration dir
 relative to the file's dir), `reward`, `run_seed`, `iteration`, `answers_file`, `index`. A stop
 (`q`, end of input, Ctrl-C) loses nothing; a rerun of the same command draws the same sample and
-continues with what is unlabelled. A labels file with a row that is not an answer of this DIR's
-audit is refused. `audit.gap` reads the labels of a run from `labels.jsonl` in its experiment,
-reward, seed or iteration dirs (`run_labels`) as that run's on-policy calibration set.
+continues with what is unlabelled (Ctrl-C exits 130, as training and the audit do). Each row also
+records `environment_sha256`, the digest of the environment record it was labelled against.
+
+Reading and checking the labels file is `audit.labels`, shared with `audit.gap`; the screen and
+the keyboard are `audit.label_screen`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -37,27 +40,28 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.prompt import Prompt
-from rich.text import Text
+from rich.console import Console
 
-from . import calibration as C
-from . import metrics as M
-from .cache import ANSWERS, CACHE_DIR, CacheError, JsonlCache
-from .checkpoints import ITER_RE, Checkpoint, CheckpointError, find_checkpoints
+from .cache import ANSWERS, CACHE_DIR, CacheError
+from .checkpoints import Checkpoint, CheckpointError, find_checkpoints
+from .label_screen import Stop, ask_one, screen
+from .labels import (
+    ENV_STAMP,
+    LABELS_FILE,
+    LabelError,
+    answer_key,
+    answer_rows,
+    check_rows,
+    env_stamp,
+    read_label_file,
+    stale_note,
+)
 
-LABELS_FILE = "labels.jsonl"
-LABEL_KEYS = {"v": M.VALID, "i": M.INVALID, "p": M.PARTIAL}
-STOP = "q"
-# the certificate lists a label's `clause` names (the item an answer violates), in the order shown
-CLAUSE_LISTS = (("certificate", "required_honest_behavior"), ("certificate", "reward_hacking_behaviors"),
-                ("evaluation_spec", "must_state"), ("evaluation_spec", "must_not_state"))
-HIDDEN = ("checkpoint", "reward", "run_seed", "iteration", "answers_file", "index")
+log = logging.getLogger("audit.label")
 
 
-class LabelError(C.LabelledError):
-    """A problem with DIR or the labels file: one line."""
+class Interrupted(Exception):
+    """Ctrl-C: what was labelled is kept; the message says where it stands."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ def run_info(ckpt: Checkpoint, audit: Mapping[str, Any]) -> Run:
 
     from selfplay.runs import load_data_split
 
-    from .gap import run_settings
+    from .checkpoints import run_settings
 
     settings = run_settings(ckpt)
     envs = {e.task_id: e for e in load_data_split(settings.data, "all")}
@@ -136,7 +140,8 @@ def pool(root: Path, ckpts: Sequence[Checkpoint], runs: Mapping[Path, Run], base
         seen: set[tuple[str, str]] = set()
         envs = runs[ckpt.path].envs
         for f in sorted((ckpt.path / CACHE_DIR).glob(f"{ANSWERS}-*.jsonl")):
-            for row in sorted(JsonlCache(f).rows.values(), key=lambda r: r["task_id"]):
+            rows = answer_rows(f)
+            for row in sorted(rows.values(), key=lambda r: r["task_id"]):
                 tid = row["task_id"]
                 if tid not in envs:
                     raise LabelError(f"{f}: task_id {tid!r} is not an environment of the run's data")
@@ -166,34 +171,25 @@ def draw(items: Sequence[Item], size: int, seed: int) -> list[Item]:
     return [picked[i] for i in rng.permutation(len(picked))]
 
 
-# -- the labels file --------------------------------------------------------------------------------
+# -- the labels file written -----------------------------------------------------------------------
 
-def read_labels(path: Path, items: Mapping[tuple, Item]) -> list[dict[str, Any]]:
-    """The rows already in `path`, each checked to be an answer of this audit (`items` by key);
-    a torn last line (a write that was cut) is dropped from the file."""
+def read_labels(path: Path, items: Mapping[tuple, Item], env_of: Callable[[tuple], Any]) -> list[dict[str, Any]]:
+    """The rows already in `path` (the labels file being written), each checked to be an answer of
+    this audit (`items` by key, keys relative to `path`'s dir; `env_of(answer key)` its environment);
+    a torn last line is cut from the file. Stale rows are left out with a note."""
     if not path.is_file():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):  # no newline after it: the last write was cut
-                with path.open("r+b") as f:
-                    f.truncate(len(text[: len(text) - len(line)].encode("utf-8")))
-                break
-            raise LabelError(f"{path}:{i}: not JSON") from None
-        key = (row.get("checkpoint"), row.get("answers_file"), row.get("task_id"), row.get("index")) \
-            if isinstance(row, dict) else None
-        if key not in items or items[key].text != row.get("text") or row.get("label") not in LABEL_KEYS.values():
-            raise LabelError(f"{path}:{i}: does not match the run: not a label of an answer the audit under "
-                             f"{path.parent} sampled; label into another file with --out")
-        rows.append(row)
-    return rows
+    try:
+        rows = read_label_file(path, repair=True)
+    except OSError as e:
+        raise LabelError(f"{path}: cannot read ({e.strerror})") from None
+    base = path.parent.resolve()
+    texts = {answer_key({"checkpoint": k[0], "answers_file": k[1], "task_id": k[2], "index": k[3]}, base): it.text
+             for k, it in items.items()}
+    kept, stale = check_rows(path, rows, texts.get, env_of)
+    if stale:
+        log.warning("%s", stale_note(stale, path))
+    return kept
 
 
 def label_row(item: Item, run: Run, label: str, clause: str, reason: str, labeller: str,
@@ -208,144 +204,45 @@ def label_row(item: Item, run: Run, label: str, clause: str, reason: str, labell
         "labeller": labeller, "labelled_at": when.astimezone(timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": item.checkpoint, "reward": item.reward, "run_seed": item.run_seed,
         "iteration": item.iteration, "answers_file": item.answers_file,
+        ENV_STAMP: env_stamp(run.envs[item.task_id]),
     }
 
 
 def append(path: Path, row: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def run_labels(seed_dir: Path) -> tuple[list[Path], list[dict[str, Any]]]:
-    """The labels `audit.label` wrote for the run of `seed_dir` (for audit.gap): the rows of
-    `labels.jsonl` in its experiment, reward or seed dir or one of its iteration dirs whose
-    `checkpoint` is an iteration of this run, each with that `iteration`; the files that held some."""
-    seed_dir = seed_dir.resolve()
-    candidates = [seed_dir.parent.parent / LABELS_FILE, seed_dir.parent / LABELS_FILE, seed_dir / LABELS_FILE,
-                  *sorted(seed_dir.glob(f"iter_*/{LABELS_FILE}"))]
-    files, rows = [], []
-    for f in dict.fromkeys(candidates):
-        if not f.is_file():
-            continue
-        mine = []
-        for i, r in enumerate(C.read_labelled(f), 1):
-            if not isinstance(r.get("checkpoint"), str):
-                raise LabelError(f"{f}: row {i} has no `checkpoint`: not a labels file of `python -m audit.label`")
-            d = (f.parent / r["checkpoint"]).resolve()
-            m = ITER_RE.fullmatch(d.name)
-            if d.parent == seed_dir and m:
-                mine.append({**r, "iteration": int(m.group(1))})
-        if mine:
-            files.append(f)
-            rows += mine
-    return files, rows
-
-
-# -- the screen -------------------------------------------------------------------------------------
-
-def clauses(env: Any) -> list[str]:
-    """The certificate items a label's `clause` may name, numbered from 1 on the screen."""
-    out: list[str] = []
-    for where, key in CLAUSE_LISTS:
-        src = env.evaluation_spec if where == "evaluation_spec" else env.certificate
-        out += [str(x) for x in (src or {}).get(key) or [] if str(x) not in out]
-    return out
-
-
-def _item_line(x: Any) -> str:
-    if isinstance(x, Mapping):
-        docs = x.get("supporting_docs") or x.get("counter_docs")
-        head = str(x.get("claim") or x.get("answer") or json.dumps(dict(x), ensure_ascii=False))
-        return head + (f" ({', '.join(map(str, docs))})" if docs else "") + (f" — {x['reason']}" if x.get("reason") else "")
-    return str(x)
-
-
-def _section(title: str, fields: Mapping[str, Any] | None, numbers: Mapping[str, int]) -> Text:
-    t = Text()
-    t.append(f"{title}\n", style="bold")
-    for key, value in (fields or {}).items():
-        if key == "checks" or value in (None, [], ""):  # `checks` is what the `spec` verifier reads
-            continue
-        t.append(f"  {key.replace('_', ' ')}:", style="cyan")
-        if isinstance(value, str):
-            t.append(f" {value}\n")
-            continue
-        t.append("\n")
-        for x in value if isinstance(value, (list, tuple)) else [value]:
-            line = _item_line(x)
-            mark = f"[{numbers[line]}]" if line in numbers else "-"
-            t.append(f"    {mark} {line}\n")
-    return t
-
-
-def _panel(body: Text, title: str, **kw) -> Panel:
-    body.rstrip()
-    return Panel(body, title=title, title_align="left", **kw)
-
-
-def screen(env: Any, text: str, k: int, n: int) -> Group:
-    """What the labeller sees of one answer: its place in the sample, the question, the packet, the
-    certificate and the answer; nothing about who wrote it or what any verifier said."""
-    numbers = {c: i for i, c in enumerate(clauses(env), 1)}
-    evidence = Text()
-    for d in env.public.evidence:
-        evidence.append(f"{d.doc_id}: ", style="bold")
-        evidence.append(f"{d.text}\n")
-    cert = Text(f"{env.kind} environment\n", style="bold magenta")
-    if env.kind == "control":
-        cert.append_text(_section("ground truth", env.ground_truth, numbers))
-    else:
-        cert.append_text(_section("oracle certificate", env.certificate, numbers))
-    cert.append_text(_section("evaluation spec", env.evaluation_spec, numbers))
-    return Group(Text(f"Answer {k} of {n}", style="bold reverse"), _panel(Text(env.public.question), "question"),
-                 _panel(evidence, "packet"), _panel(cert, "certificate"),
-                 _panel(Text(text), "answer", border_style="green"))
-
-
-class _Lines:
-    """A scripted input stream whose end is the end of input (EOFError), as in a terminal."""
-
-    def __init__(self, stream: TextIO):
-        self.stream = stream
-
-    def readline(self) -> str:
-        line = self.stream.readline()
-        if not line:
-            raise EOFError
-        return line
-
-
-class Stop(Exception):
-    pass
-
-
-def ask_one(console: Console, env: Any, stream: TextIO | None) -> tuple[str, str, str]:
-    """(label, clause, reason) from the keyboard; Stop on `q`, end of input or Ctrl-C."""
-    src = _Lines(stream) if stream is not None else None
+    """Append one label; an OSError (a full disk) is one line naming the file and the label lost, which
+    a rerun shows again."""
     try:
-        key = Prompt.ask("label: v = valid, i = invalid, p = partially valid, q = stop (rerun continues)",
-                         choices=[*LABEL_KEYS, STOP], console=console, stream=src)
-        if key == STOP:
-            raise Stop
-        clause = ""
-        items = clauses(env)
-        if LABEL_KEYS[key] != M.VALID and items:
-            n = Prompt.ask(f"clause violated: its number [1-{len(items)}] above, 0 = none",
-                           choices=[str(i) for i in range(len(items) + 1)], show_choices=False,
-                           console=console, stream=src)
-            clause = items[int(n) - 1] if int(n) else ""
-        reason = ""
-        while not reason:
-            reason = " ".join(Prompt.ask("one-line reason", console=console, stream=src).split())
-        return LABEL_KEYS[key], clause, reason
-    except (EOFError, KeyboardInterrupt):
-        raise Stop from None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise LabelError(f"{path}: cannot append the label ({e.strerror or e}): the label just given "
+                         f"({row['label']}: {row['reason']}) was not saved; free the space or choose another "
+                         "--out, then rerun the same command, which shows that answer again") from None
+
+
+def check_writable(path: Path) -> None:
+    """Refuse before the first answer is shown, not after the first label is typed, when the labels
+    file cannot be written; nothing is left behind."""
+    made = not path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab"):
+            pass
+    except OSError as e:
+        raise LabelError(f"{path}: the labels file cannot be written ({e.strerror or e}); choose another "
+                         "--out") from None
+    if made:
+        path.unlink(missing_ok=True)
 
 
 # -- the session ------------------------------------------------------------------------------------
+
+def _link(it: Item) -> dict[str, Any]:
+    return {"checkpoint": it.checkpoint, "answers_file": it.answers_file, "task_id": it.task_id, "index": it.index}
+
 
 def label(root: Path, *, out: Path | None = None, size: int = 60, seed: int = 0, labeller: str,
           part: tuple[int, int] = (1, 1), console: Console | None = None, stream: TextIO | None = None,
@@ -369,11 +266,15 @@ def label(root: Path, *, out: Path | None = None, size: int = 60, seed: int = 0,
         raise LabelError(str(e)) from None
     if not by_key:
         raise LabelError(f"{root}: no cached answers under it; run `python -m audit.gap ckpt={root}` first")
-    done = {(r["checkpoint"], r["answers_file"], r["task_id"], r["index"]) for r in read_labels(out, by_key)}
+    run_of = {_relative(c.path, out.parent): runs[c.path] for c in ckpts}
+    by_dir = {str(c.path.resolve()): runs[c.path] for c in ckpts}
+    check_writable(out)
+    base = out.parent.resolve()
+    done = {answer_key(r, base) for r in read_labels(out, by_key, lambda key: (
+        by_dir[key[0]].envs.get(key[2]) if key[0] in by_dir else None))}
     k, m = part
     sample = draw(sorted(by_key.values(), key=lambda it: it.key), size, seed)[k - 1 :: m]
-    todo = [it for it in sample if it.key not in done]
-    run_of = {_relative(c.path, out.parent): runs[c.path] for c in ckpts}
+    todo = [it for it in sample if answer_key(_link(it), base) not in done]
     n_done = len(sample) - len(todo)
     new = 0
     for it in todo:
@@ -381,9 +282,11 @@ def label(root: Path, *, out: Path | None = None, size: int = 60, seed: int = 0,
         console.print(screen(env, it.text, n_done + new + 1, len(sample)))
         try:
             lab, clause, reason = ask_one(console, env, stream)
-        except Stop:
-            console.print(f"stopped: {n_done + new} of {len(sample)} labelled in {out}; rerun the same "
-                          "command to continue")
+        except Stop as stop:
+            where = f"{n_done + new} of {len(sample)} labelled in {out}; rerun the same command to continue"
+            if stop.ctrl_c:
+                raise Interrupted(f"interrupted (Ctrl-C): {where}") from None
+            console.print(f"stopped: {where}")
             return new, n_done + new
         append(out, label_row(it, run_of[it.checkpoint], lab, clause, reason, labeller, now()))
         new += 1
@@ -417,6 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabelError as e:
         print(f"audit.label: error: {e}", file=sys.stderr)
         return 1
+    except Interrupted as e:
+        print(f"audit.label: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("audit.label: interrupted (Ctrl-C) before the first answer was shown; nothing was written",
+              file=sys.stderr)
+        return 130
     return 0
 
 

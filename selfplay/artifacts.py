@@ -14,7 +14,14 @@ Contract:
   has decided to trust them.
 - One process at a time writes a run directory: `run_lock` holds an advisory lock on `RUN/.lock`
   (which records pid, host and start time) and refuses a second run naming the holder. The kernel
-  drops the lock when its holder dies, so the lock of a killed run is taken over with a note.
+  drops the lock when its holder dies, so the lock of a killed run is taken over with a note. Some
+  cluster file systems refuse `flock` (NFS without a lock daemon, Lustre mounted without `flock`),
+  others grant it per node only; there the lock is the exclusive creation of `RUN/.lock.pid` instead
+  (`SELFPLAY_LOCK=file` chooses it outright; `auto`, the default, falls back to it when `flock` is
+  refused). A killed holder leaves that file: on its own host it is taken over once the pid is gone,
+  from another host it is named with the command that removes it.
+- Readers of a finished iteration's files go through `read_verified`, which checks the file against
+  its `DONE` entry first: no reader trusts a file that resume and the audit would refuse.
 - A temp dir `.iter_<t>.tmp` (left by a killed writer) is partial: `discard_partial` removes it and
   the iteration is redone. An `iter_<t>` without `DONE` cannot come from an interrupted write (`DONE`
   is written before the rename): its marker was deleted or the dir made by hand, so `scan_run` refuses
@@ -136,15 +143,88 @@ def writing_iteration(run: Path, t: int) -> Iterator[Path]:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a temp file beside it, then a rename); an OSError names
+    `path`, and no temp file is left behind."""
+    write_texts_atomic({path: text})
+
+
+def write_texts_atomic(texts: Mapping[Path, str]) -> None:
+    """Write several files that belong together (audit.json and audit.csv): every temp file is
+    written before any is renamed, so a full disk leaves the old set, never a new file beside a
+    stale one. An OSError names the file it was writing."""
+    tmps: dict[Path, Path] = {}
+    try:
+        for path, text in texts.items():
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmps[path] = tmp
+            try:
+                with tmp.open("w", encoding="utf-8") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:  # a write or close that fails names no file: name the one meant
+                raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+        for path, tmp in tmps.items():
+            tmp.replace(path)
+    finally:
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def saving(path: Path) -> Iterator[None]:
+    """Turn a library's write error into the OSError it wraps, naming `path`: safetensors reports a
+    full disk as `SafetensorError: ... IoError(Os { code: 28, ... })`, which no `except OSError` sees."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as e:
+        m = re.search(r"Os \{ code: (\d+)", str(e))
+        if m is None:
+            raise
+        code = int(m.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
 def write_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n")
 
 
+class JsonlLineError(ValueError):
+    """A line of a JSONL file that is not UTF-8 JSON and is not its torn last line."""
+
+    def __init__(self, path: Path, line: int, what: str):
+        super().__init__(f"{path}:{line}: {what}")
+        self.path, self.line, self.what = path, line, what
+
+
+def read_jsonl_lines(path: Path) -> tuple[list[tuple[int, Any]], int | None]:
+    """(line number, value) of every non-blank line of `path`, and the length in bytes of its intact
+    part when its last line is torn (else None). A last line with no newline after it that does not
+    parse is the write that was cut, maybe inside a character: it is left out, so the appenders can
+    cut it and go on. Any other line that is not UTF-8 JSON is a JsonlLineError naming it: a byte that
+    is no UTF-8 damages its line, not the file."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    rows: list[tuple[int, Any]] = []
+    for i, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append((i, json.loads(raw.decode("utf-8"))))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            if i == len(lines):
+                return rows, len(data) - len(raw)
+            raise JsonlLineError(path, i, "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON") from None
+    return rows, None
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [row for _, row in read_jsonl_lines(path)[0]]
 
 
 def write_json(path: Path, obj: Mapping[str, Any]) -> None:
@@ -285,6 +365,35 @@ def read_manifest(iteration: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
+def read_verified(iteration: Path, name: str) -> bytes:
+    """The bytes of `iteration/name` once they match the size and sha256 its `DONE` records;
+    CorruptIteration (naming the file and the recovery) when they do not, or when `DONE` does not
+    list it. Every reader of a finished iteration's files (report, audit, resume) reads through here."""
+    files = read_manifest(iteration)
+    path = iteration / name
+    want = files.get(name)
+    if want is None:
+        raise CorruptIteration(f"{iteration / DONE} does not list {name}, so it cannot be verified; "
+                               f"{recovery(iteration)}")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CorruptIteration(f"{iteration} is corrupt: {name} is unreadable ({_reason(path, e)}); "
+                               f"{recovery(iteration)}") from None
+    if len(data) != want["bytes"]:
+        raise CorruptIteration(f"{iteration} is corrupt: {name} is {len(data)} bytes, {want['bytes']} when written "
+                               f"(truncated or overwritten); {recovery(iteration)}")
+    if hashlib.sha256(data).hexdigest() != want["sha256"]:
+        raise CorruptIteration(f"{iteration} is corrupt: {name} changed since it was written (its sha256 "
+                               f"differs); {recovery(iteration)}")
+    return data
+
+
+def read_verified_json(iteration: Path, name: str) -> Any:
+    """`read_verified`, parsed as JSON (a verified file was written by us, so it parses)."""
+    return json.loads(read_verified(iteration, name).decode("utf-8"))
+
+
 def verify_iteration(iteration: Path) -> None:
     """Check every file the manifest lists; raise CorruptIteration naming the first ones that differ.
 
@@ -357,6 +466,26 @@ def _describe(holder: str) -> str:
     return f"pid {parts[0]}" if parts else "a process that recorded no pid"
 
 
+LOCK_SETTING = "SELFPLAY_LOCK"  # auto | flock | file
+# what a file system answers when it does not do flock at all (NFS without lockd: ENOLCK; Lustre
+# mounted without -o flock, FUSE: ENOSYS or EOPNOTSUPP; some network mounts: EINVAL)
+_FLOCK_REFUSED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+
+
+def lock_mode() -> str:
+    """How run directories are locked (`SELFPLAY_LOCK`): `flock`, `file` (exclusive creation of a
+    pid file, for file systems that refuse flock or grant it per node only) or `auto` (flock, and
+    the pid file where flock is refused)."""
+    mode = os.environ.get(LOCK_SETTING, "").strip().lower() or "auto"
+    if mode not in ("auto", "flock", "file"):
+        raise ConfigError(f"{LOCK_SETTING}={mode!r}: expected auto, flock or file")
+    return mode
+
+
+def _stamp() -> bytes:
+    return f"{os.getpid()} {socket.gethostname()} {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime())}\n".encode()
+
+
 @contextmanager
 def run_lock(run: Path, name: str = LOCK, user: str = "run") -> Iterator[None]:
     """Hold the run directory's lock for the block; refuse at once when another process holds it.
@@ -366,7 +495,30 @@ def run_lock(run: Path, name: str = LOCK, user: str = "run") -> Iterator[None]:
     own lock in the same directory (the audit's `AUDIT_LOCK`: two audits must not append to one
     cache, while an audit may read the finished iterations of a run that is still training).
     """
+    mode = lock_mode()
     created = _make_dirs(run)
+    fd = None if mode == "file" else _flock(run, name, user, created, fallback=mode == "auto")
+    if fd is None:
+        with _file_lock(run, name, user, created):
+            yield
+        return
+    path = run / name
+    try:
+        stale = _holder(fd)
+        if stale:
+            log.warning("%s: took over the lock left by %s, which is no longer running", run, _describe(stale))
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, _stamp())
+        yield
+    finally:
+        os.unlink(path)  # while still holding it, so no one locks a file that is about to vanish
+        os.close(fd)
+        _remove_created(created, run)
+
+
+def _flock(run: Path, name: str, user: str, created: list[Path], fallback: bool) -> int | None:
+    """The fd of `run/name`, flocked; None when the file system refuses flock and `fallback`."""
     path = run / name
     while True:
         try:
@@ -383,34 +535,106 @@ def run_lock(run: Path, name: str = LOCK, user: str = "run") -> Iterator[None]:
                 _remove_created(created, run)
                 raise ConfigError(f"{run} is in use by another {user} ({_describe(holder)}); two {user}s must not "
                                   "write one directory: wait for it to finish or stop it") from None
-            raise
+            if e.errno in _FLOCK_REFUSED and fallback:
+                if not holder:  # the empty file this call made (or a refused neighbour's): not a lock here
+                    try:
+                        if path.stat().st_size == 0:
+                            path.unlink()
+                    except OSError:
+                        pass
+                return None
+            _remove_created(created, run)
+            raise ConfigError(f"{path}: the file system refuses flock ({e.strerror}); set {LOCK_SETTING}=file "
+                              "to lock run directories with a pid file instead") from None
         # the holder we raced may have released and removed the file: lock the file that is there now
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
+                return fd
         except FileNotFoundError:
             pass
         os.close(fd)
+
+
+def _gone(holder: str) -> bool:
+    """Whether the 'pid host time' of a pid file names a process of this host that no longer runs
+    (a process on another host cannot be asked)."""
+    parts = holder.split()
+    if len(parts) < 2 or parts[1] != socket.gethostname() or not parts[0].isdigit():
+        return False
     try:
-        stale = _holder(fd)
-        if stale:
-            log.warning("%s: took over the lock left by %s, which is no longer running", run, _describe(stale))
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        os.write(fd, f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode())
+        os.kill(int(parts[0]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _read_holder(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@contextmanager
+def _file_lock(run: Path, name: str, user: str, created: list[Path]) -> Iterator[None]:
+    """The lock as the exclusive creation of `run/<name>.pid`, for file systems without flock."""
+    path = run / f"{name}.pid"
+    for attempt in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:
+            holder = _read_holder(path)
+            if attempt == 0 and _gone(holder):
+                # move it aside, then check it is still the file judged stale: a neighbour may have
+                # taken it over between our read and the move
+                aside = path.with_name(f"{path.name}.{os.getpid()}.stale")
+                try:
+                    path.rename(aside)
+                except FileNotFoundError:
+                    continue
+                if _read_holder(aside) == holder:
+                    aside.unlink(missing_ok=True)
+                    log.warning("%s: took over the lock left by %s, which is no longer running", run,
+                                _describe(holder))
+                    continue
+                try:
+                    os.link(aside, path)
+                finally:
+                    aside.unlink(missing_ok=True)
+                holder = _read_holder(path)
+            _remove_created(created, run)
+            raise ConfigError(f"{run} is in use by another {user} ({_describe(holder)}; lock file {path}); two "
+                              f"{user}s must not write one directory: wait for it to finish or stop it; if it is "
+                              f"no longer running, rm {path}") from None
+        except OSError as e:
+            _remove_created(created, run)
+            raise ConfigError(f"{path}: cannot create the {user}'s lock file ({e.strerror})") from None
+    else:
+        _remove_created(created, run)
+        raise ConfigError(f"{run}: another {user} took the lock {path} while this one took over a stale one; "
+                          "rerun the same command")
+    try:
+        os.write(fd, _stamp())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
         yield
     finally:
-        os.unlink(path)  # while still holding it, so no one locks a file that is about to vanish
-        os.close(fd)
+        path.unlink(missing_ok=True)
         _remove_created(created, run)
 
 
 def _remove_created(created: list[Path], run: Path) -> None:
-    if created and not any(p.name != LOCK for p in run.iterdir()):
+    locks = (LOCK, f"{LOCK}.pid")
+    if created and not any(p.name not in locks for p in run.iterdir()):
         for d in created:
             try:
-                (d / LOCK).unlink(missing_ok=True)
+                for lock in locks:
+                    (d / lock).unlink(missing_ok=True)
                 d.rmdir()
             except OSError:
                 break

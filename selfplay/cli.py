@@ -1,4 +1,4 @@
-"""The boundary of the Hydra entry points (selfplay.train, audit.gap): every error is one line (SPEC §7).
+"""The boundary of the Hydra entry points (selfplay.train, audit.gap): every error is one line (docs/method.md §Failures and reproducibility).
 
 - `hydra_main(task, prog)` runs a `@hydra.main` function so that Hydra's own composition errors —
   a bad group value (`reward=nosuch`), a key typo (`kk=1`), an override it cannot parse — become one
@@ -67,8 +67,21 @@ def hydra_line(e: Exception) -> str:
     return line
 
 
+def yaml_line(e: Exception, path: object = None) -> str:
+    """One line for a YAML file that does not parse (a hand-edited conf/policy/NAME.yaml): the file
+    (`path`, else the one the parser names), the line and the parser's reason, not yaml's report."""
+    mark = getattr(e, "problem_mark", None)
+    name = path if path is not None else getattr(mark, "name", None)
+    if name is None or str(name).startswith("<"):
+        name = "a YAML file"
+    where = f"{name}:{mark.line + 1}" if mark is not None else str(name)
+    why = getattr(e, "problem", None) or " ".join(str(e).split())
+    return f"{where}: not valid YAML ({why}); fix that file"
+
+
 def hydra_main(task: Callable[[], None], prog: str) -> None:
     """Call the `@hydra.main` function `task`; Hydra's composition errors become SystemExit(one line)."""
+    import yaml
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -81,6 +94,8 @@ def hydra_main(task: Callable[[], None], prog: str) -> None:
         task()
     except (HydraException, OmegaConfBaseException) as e:
         raise SystemExit(f"{prog}: error: {hydra_line(e)}") from None
+    except yaml.YAMLError as e:  # a config file of a group (conf/policy/NAME.yaml) that does not parse
+        raise SystemExit(f"{prog}: error: {yaml_line(e)}") from None
     finally:
         if before is None:
             os.environ.pop(_ENV, None)

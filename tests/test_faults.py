@@ -1,4 +1,4 @@
-"""Bad inputs and faults at every entry point: one clear line, a non-zero exit, nothing lost (SPEC §7).
+"""Bad inputs and faults at every entry point: one clear line, a non-zero exit, nothing lost (docs/method.md §Failures and reproducibility).
 
 Each case of the table damages a copy of something real (a run trained here on the tiny Llama, the
 bundled data/mini, result and split files), runs a real entry point and asserts:
@@ -232,6 +232,39 @@ def long_audit_record(data: Path) -> str:
     return f"{f}: task {rec['task_id']}: its audit prompt is"
 
 
+def long_stress_answer(data: Path) -> str:
+    """One stress answer of the first audited impossible record grows to ~1750 tokens: its policy
+    prompt plus max_new_tokens=4 still fits 2048, the judge prompt that holds the answer does not."""
+    f = audited_envs(data)["impossible"]
+    rec = json.loads(f.read_text())
+    answer = rec["fixed_stress_answers"][-1]
+    answer["text"] += " The ledger lists one more entry." * 250
+    f.write_text(json.dumps(rec))
+    return (f"{f}: task {rec['task_id']}: its judge scoring prompt (reward=generic) with its longest stress "
+            f"answer {answer['answer_id']}")
+
+
+def judge_longer_than_policy(tmp, trained):
+    """max_context is the longest train prompt + max_new_tokens: every policy prompt fits, the generic
+    judge's prompt, which holds the same packet, its rubric and the answer, does not."""
+    from selfplay.envs.prompt import policy_messages
+    from selfplay.models.chat import render
+    from selfplay.models.config import PolicyConfig
+    from selfplay.models.loading import load_tokenizer
+
+    data = mini_copy(tmp / "data")
+    envs = load_data_split(dataclasses.make_dataclass("D", ["path", "splits"])(str(data), None), "train")[:3]
+    cfg = PolicyConfig.named("tiny-llama")
+    tok = load_tokenizer(cfg)
+    longest = max(len(tok(render(tok, cfg, policy_messages(e.public)), add_special_tokens=False)["input_ids"])
+                  for e in envs)
+    limit = longest + 8
+    return Case("train", _train(tmp, f"data.path={data}", f"policy.max_context={limit}"),
+                [".json: task ", "its judge scoring prompt (reward=generic) with an answer of max_new_tokens=8 "
+                 "tokens", f"> max_context {limit} of judge model tiny-llama", "nothing was written",
+                 "pick a judge model with a longer context"])
+
+
 def mixed_sweep(tmp, trained):
     """A reward dir whose second seed is a run of another experiment with another k and budget."""
     run = run_copy(trained, tmp)
@@ -387,6 +420,7 @@ CASES = [
     pytest.param(c_train_setting("kk=1", "kk: no such key", "iterations", "+kk=1"), id="train-key-typo"),
     # selfplay.train: data (load.py, split.py) and each prompt against the context
     pytest.param(c_data(long_evidence, "max_context 2048 of policy tiny-llama"), id="train-prompt-too-long"),
+    pytest.param(judge_longer_than_policy, id="train-judge-prompt-too-long"),
     pytest.param(c_data(lambda d: str(ff_byte(first_train_record(d))), "not UTF-8", "0xFF"), id="train-record-0xff"),
     pytest.param(c_data(in_data(loop), "symlink loop"), id="train-record-symlink-loop"),
     pytest.param(c_data(in_data(dangling), "dangling symlink"), id="train-record-dangling"),
@@ -454,6 +488,8 @@ CASES = [
                                  "oracle.endpoint.api_key_env=SELFPLAY_FAULTS_UNSET_KEY", "export"),
                  id="audit-api-key-unset"),
     pytest.param(c_audit_data(long_audit_record, "max_context 2048 of policy tiny-llama"), id="audit-prompt-too-long"),
+    pytest.param(c_audit_data(long_stress_answer, "max_context 2048 of judge model tiny-llama", "nothing was written"),
+                 id="audit-judge-prompt-too-long"),
     pytest.param(c_audit_data(lambda d: str(ff_byte(d / "labelled_answers.jsonl")), "not UTF-8"),
                  id="audit-labelled-0xff"),
     pytest.param(lambda tmp, trained: lock_held(tmp, trained, "audit"), id="audit-lock-held"),

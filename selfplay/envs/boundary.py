@@ -1,6 +1,6 @@
 """The role boundary, as data: which sentences of an environment are hidden.
 
-SPEC §2: policy and judge prompts are built from the public view only (task_id, question, evidence
+docs/method.md §Role boundary: policy and judge prompts are built from the public view only (task_id, question, evidence
 doc ids and texts), plus candidate answers and, for the anchored judge, the reference answer text.
 `hidden_sentences(env)` lists every sentence of the hidden anchor — the whole raw record except its
 public fields (certificate, evaluation_spec, fixed stress answers, ground truth, expected answers,

@@ -4,7 +4,7 @@
 `data/mini/schema/checks.md`; JSON Schema: `checks.schema.json` beside it — the project's own
 extension, so it is read from data/mini whichever release schema directory validates the rest).
 Beyond the schema: every pattern compiles as a Python regular expression once its macros (`{GAP:n}`,
-`{NEG}`, ..., checks.md "Macros") are expanded by `judges.spec.expand`, `kind` is the record's
+`{NEG}`, ..., checks.md "Macros") are expanded by `selfplay.envs.spec_expand.expand`, `kind` is the record's
 kind, clause ids are unique within their list, and `doc_ids` equals the packet's evidence ids.
 Schema errors come alone (a malformed block gives no cascade of follow-on errors).
 """
@@ -20,7 +20,8 @@ from typing import Any
 
 from jsonschema.validators import validator_for
 
-from .schema import field_path
+from .schema import field_path, short_message
+from .spec_expand import expand
 
 CHECKS_SCHEMA = Path(__file__).resolve().parents[2] / "data" / "mini" / "schema" / "checks.schema.json"
 FIELD = "evaluation_spec.checks"
@@ -47,7 +48,7 @@ def _schema_errors(checks: Any) -> list[tuple[str, str]]:
         while n < min(len(common), len(path)) and common[n] == path[n]:
             n += 1
         common = common[:n]
-    msgs = [e.message if len(e.message) <= 200 else e.message[:197] + "..." for e in errors]
+    msgs = [short_message(e) for e in errors]
     path = field_path(common)
     return [(f"{FIELD}.{path}" if path else FIELD, "; ".join(dict.fromkeys(msgs)))]
 
@@ -79,8 +80,6 @@ def checks_errors(record: Mapping[str, Any], kind: str) -> list[tuple[str, str]]
 
 
 def _pattern_errors(where: str, patterns) -> list[tuple[str, str]]:
-    from judges.spec import expand  # the macros live with the verifier that reads them
-
     out = []
     for j, p in enumerate(patterns):
         try:

@@ -26,12 +26,24 @@ class EnvError(Exception):
         return f"{where}: task_id={task} field={self.field or '(record)'}: {self.message}"
 
 
+SHOWN = 5  # errors a message lists before it counts the rest
+
+
+def summarise(errors: Sequence[object], shown: int = SHOWN) -> list[str]:
+    """The first `shown` errors, then one line counting the rest: thousands of bad records must not
+    print thousands of lines (`python -m selfplay.envs PATH` lists every one)."""
+    lines = [str(e) for e in errors[:shown]]
+    if len(errors) > shown:
+        lines.append(f"... and {len(errors) - shown} more; `python -m selfplay.envs PATH` lists every one")
+    return lines
+
+
 class EnvLoadError(Exception):
     """Raised once per load with every `EnvError` found; nothing was loaded."""
 
     def __init__(self, errors: Sequence[EnvError]):
         self.errors = tuple(errors)
-        lines = "\n".join(f"  {e}" for e in self.errors)
+        lines = "\n".join(f"  {e}" for e in summarise(self.errors))
         if len(self.errors) == 1:  # one problem: one line
             super().__init__(f"cannot load environments: {self.errors[0]}")
         else:

@@ -83,7 +83,7 @@ class Schemas:
                 m = re.match(r"^'(.+)' is a required property", err.message)
                 if m:
                     path.append(m.group(1))
-            found.append((field_path(path), _short(err.message)))
+            found.append((field_path(path), short_message(err)))
         return sorted(found)
 
 
@@ -94,6 +94,19 @@ def field_path(parts: list[Any]) -> str:
     return out
 
 
-def _short(message: str, limit: int = 200) -> str:
-    # jsonschema quotes the whole offending value; a full evidence packet would drown the error
-    return message if len(message) <= limit else message[: limit - 3] + "..."
+def short_message(err: Any, limit: int = 200) -> str:
+    """A jsonschema message within `limit` characters that still ends with its reason.
+
+    jsonschema quotes the whole offending value before the reason ("[...] is too short", "should be
+    non-empty"); a full evidence packet would drown it, and cutting the end would drop the reason.
+    So the quoted value is cut, and the schema's constraint is named after the reason."""
+    message = err.message
+    value = repr(err.instance)
+    if len(message) > limit and value in message:
+        message = message.replace(value, value[:60] + "...", 1)
+    if len(message) > limit:  # a long text of the message's own: keep its end, where the reason is
+        message = "..." + message[-(limit - 3):]
+    if err.validator in ("minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum") \
+            and str(err.validator_value) not in message:
+        message += f" ({err.validator} {err.validator_value})"
+    return message

@@ -4,7 +4,7 @@ A manifest is `{"name": ..., "count": N, "task_ids": [...]}` (`name`, `count` an
 optional; a bare JSON list of ids is accepted too). `task_ids` must be non-empty strings without
 duplicates, and `count`, when given, must equal their number.
 
-`train_audit_split(envs, root)` (SPEC §2; train and audit are disjoint by task_id):
+`train_audit_split(envs, root)` (docs/method.md §Environment sets and splits; train and audit are disjoint by task_id):
   - release directory (has `splits/hard45.json`): audit = the Hard-45 environments present, plus half
     the controls: sort the control task_ids and take every other one starting with the first
     (indices 0, 2, 4, ...; ceil(n/2) of n). Train = everything else.

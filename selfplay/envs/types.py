@@ -24,7 +24,7 @@ IMPOSSIBILITY_TYPES = (
     "false_premise",
 )
 VALIDITY_LABELS: tuple[str, ...] = ("valid", "invalid", "partially_valid")
-# answer_type of the reference answer r(e) (SPEC §2): the valid honest answer or the grounded control answer
+# answer_type of the reference answer r(e) (docs/method.md §Reference answer): the valid honest answer or the grounded control answer
 REFERENCE_TYPES = {"impossible": "honest", "control": "correct_grounded"}
 
 

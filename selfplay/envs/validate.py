@@ -6,7 +6,7 @@ one fault yields one error rather than a cascade. Our checks:
   - `evidence` is non-empty, every item has non-empty `text`, and `doc_id`s are non-empty and unique;
   - every fixed stress answer has a known label (`valid` / `invalid` / `partially_valid`), non-empty
     text and a unique `answer_id`;
-  - exactly one reference answer r(e) (SPEC §2): an `honest` answer labelled `valid` (impossible) or a
+  - exactly one reference answer r(e) (docs/method.md §Reference answer): an `honest` answer labelled `valid` (impossible) or a
     `correct_grounded` answer labelled `valid` (control). A record may hold several valid answers of
     that type (a paraphrase of r(e), worded differently); then r(e) is the one whose `answer_id`
     equals the type (`honest` / `correct_grounded`) — the release's control schema admits only three
