@@ -1,4 +1,4 @@
-"""Oracle calibration and the gate, per source (SPEC §6, "Oracle calibration comes first, per source").
+"""Oracle calibration and the gate, per source (docs/method.md §Calibration gate).
 
 Every audited number that rests on the primary oracle's verdict (an entry of audit.metric_table
 with `oracle=True`: the on-policy valid rate, VA-Gap, verified success, on-policy FPR/FNR, Youden J,
@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import metric_table as T
 from . import metrics as M
+from . import stats as S
 from .records import ORACLE, AnswerRow, member
 
 log = logging.getLogger("audit.calibration")
@@ -100,6 +101,64 @@ def read_labelled(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _run_parts(path: str) -> tuple[str, ...]:
+    """The `<reward>/seed<s>/iter_<t>` tail of a checkpoint or adapter path, with what precedes it."""
+    parts = tuple(p for p in str(path).replace("\\", "/").split("/") if p and p != ".")
+    if parts and parts[-1] == "adapter":
+        parts = parts[:-1]
+    return parts
+
+
+def own_rows(rows: Sequence[Mapping[str, Any]], *, policy: str, reward: str, seed: int,
+             experiment: str | None = None,
+             cached_text: Callable[[Mapping[str, Any], int], str | None] | None = None) -> list[dict[str, Any]]:
+    """The labelled rows of a file kept outside the run (the data's labelled_answers.jsonl, the fresh
+    blind labels of experiments/labelled/) that the audited run's policy wrote, each with the
+    `iteration` it belongs to. The rule:
+
+    - base weights (no `adapter`, and no `checkpoint` or one at `iter_0`): the text counts when
+      `policy` is exactly the run's policy name (a warm-start variant or a described recipe is
+      another policy), as iteration 0: a run trains a fresh adapter whose LoRA B is 0 at iter_0, so
+      its t = 0 is those weights, whichever run sampled the text.
+    - an adapter's text (an `adapter`, or a `checkpoint` at t >= 1): it counts only when its
+      `checkpoint` (or adapter path) ends in this run's `<reward>/seed<s>/iter_<t>` (and in the run's
+      experiment, where the path names one) and this run's own audit cache holds that very text at
+      the row's key (`cached_text(row, t)`: its `answers_file`, task and `index`). A path alone
+      never proves authorship: the adapter there may have been retrained since (mini's rows of
+      `outputs/demo/decisive/seed0/iter_1` were written by an older warm-start demo), and another
+      run of the same reward and seed has other weights. Labels `python -m audit.label` wrote into
+      the run are checked the same way when they are read (audit.labels.run_labels).
+    A row's own `iteration`, when it has one, must agree with its checkpoint, else the row is left out.
+    """
+    out = []
+    for r in rows:
+        where = r.get("checkpoint") or r.get("adapter")
+        parts = _run_parts(where) if where else ()
+        base = not r.get("adapter") and (not parts or parts[-1] == "iter_0")
+        if base:
+            if r.get("policy") != policy:
+                continue
+            t = 0
+        else:
+            if len(parts) < 3 or parts[-3] != reward or parts[-2] != f"seed{seed}" or not parts[-1].startswith("iter_"):
+                continue
+            if experiment is not None and len(parts) >= 4 and parts[-4] != experiment:
+                continue
+            try:
+                t = int(parts[-1][len("iter_"):])
+            except ValueError:
+                continue
+            if cached_text is None or cached_text(r, t) != r.get("text"):
+                continue
+        try:
+            if r.get("iteration") is not None and int(r["iteration"]) != t:
+                continue
+        except (TypeError, ValueError):
+            continue
+        out.append({**r, "iteration": t})
+    return out
+
+
 def labelled_path(data_path: Path) -> Path | None:
     """`labelled_answers.jsonl` of a data directory (mini), when it exists."""
     p = (data_path if data_path.is_dir() else data_path.parent) / LABELLED_FILE
@@ -133,7 +192,15 @@ def confusion(rows: Sequence[AnswerRow], role: str) -> dict[str, Any]:
     def share(k: int, d: int) -> float:
         return k / d if d else float("nan")
 
+    def interval(cls: str, event: bool) -> list[float]:
+        # answers of one environment are not independent: the interval is clustered by environment
+        rows_ = [(r.task_id, a == event) for r, a in zip(rows, acc, strict=True) if a is not None and r.label == cls]
+        ci = S.cluster_wilson([float(x) for _, x in rows_], [e for e, _ in rows_]) if rows_ else None
+        return [float("nan"), float("nan")] if ci is None else [ci.low, ci.high]
+
     return {
+        "accept_invalid_ci": interval(M.INVALID, True), "reject_valid_ci": interval(M.VALID, False),
+        "environments": len({r.task_id for r in rows}),
         "agreement": share(n - acc_inv - rej_val, n),
         "accept_invalid": share(acc_inv, len(invalid)), "reject_valid": share(rej_val, len(valid)),
         "n_valid": len(valid), "n_invalid": len(invalid), "n_accept_invalid": acc_inv,
@@ -235,7 +302,8 @@ def metric_gate(calib: Mapping[str, Any] | None, metric: str, t: int | None = No
     audit.metric_table rests on the primary oracle (`oracle`) and the gate of any iteration it reads
     failed (`calib["gates"]`, else the run's `calib["gate"]`). An undeclared metric is a KeyError."""
     calib = calib or {}
-    if not T.entry(metric).metric.oracle:
+    # a probe set's metric (`<metric>@<set>`, audit.probe_sets) is gated as its entry is
+    if not T.entry(metric.split("@", 1)[0]).metric.oracle:
         return "ok", []
     gates = calib.get("gates") or {}
     if t is None or not gates:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from audit import calibration as C
 from audit import metric_table as T
 from audit.collect import Answer, build_rows
 from audit.records import CHECKS, ORACLE, AnswerRow, member
+from judges.verifiers import verdict_from_row
 
 
 def ans(label, oracle, checks=True, members=None, source="stress"):
@@ -79,11 +81,15 @@ def test_a_new_verifier_role_flows_from_its_verdicts_to_the_calibration():
     labels = {"s0": "valid", "s1": "invalid", "s2": "invalid", "s3": "valid", "s4": "valid"}
     answers = [Answer("E1", "impossible", "stress", aid, f"text {aid}", label=lab) for aid, lab in labels.items()]
 
+    by_id = {a.answer_id: a for a in answers}
+
     def verdicts(violates, spec=False):  # spec: a combined oracle whose member `spec` agrees with it
-        return {f"E1/stress/{aid}": {"violates": v, "parts": [{"verifier": "spec", "violates": v}] if spec else []}
+        return {by_id[aid]: verdict_from_row({"p_violates": None, "violates": v,
+                                              "parts": [{"p_violates": None, "violates": v, "verifier": "spec"}]
+                                              if spec else []})
                 for aid, v in violates.items()}
 
-    rows = build_rows({}, answers, verdicts={
+    rows = build_rows(answers, verdicts={
         ORACLE: verdicts({aid: lab == "invalid" for aid, lab in labels.items()}, spec=True),
         "dummy": verdicts({"s0": False, "s1": False, "s2": True, "s3": None}),
         CHECKS: verdicts({"s0": False, "s1": None, "s2": True, "s3": False, "s4": False})})
@@ -242,3 +248,76 @@ def test_bad_gate_or_bootstrap_settings_are_one_line(override, message):
     with pytest.raises(SystemExit) as err:
         gap.main_cli(cfg)
     assert str(err.value).startswith(f"audit.gap: error: {message}")
+
+
+def _lab(policy, adapter=None, checkpoint=None, iteration=None, text="x"):
+    row = {"task_id": "e", "text": text, "label": "invalid", "policy": policy, "adapter": adapter,
+           "answers_file": "answers-1.jsonl", "index": 0}
+    if checkpoint is not None:
+        row["checkpoint"] = checkpoint
+    if iteration is not None:
+        row["iteration"] = iteration
+    return row
+
+
+def _cache(row, t):
+    """This run's audit cache: it sampled "x" at iter_1 and iter_2 (answers-1.jsonl, task e, index 0)."""
+    return "x" if t in (1, 2) and row["answers_file"] == "answers-1.jsonl" and row["index"] == 0 else None
+
+
+@pytest.mark.parametrize("row, t", [
+    pytest.param(_lab("smollm2-135m"), 0, id="base text of the run's policy: t = 0 of a fresh adapter"),
+    pytest.param(_lab("smollm2-135m-sft"), None, id="another policy's base text"),
+    pytest.param(_lab("smollm2-135m-sft (8-epoch recipe)"), None, id="a described variant"),
+    pytest.param(_lab("smollm2-135m", "outputs/demo/decisive/seed0/iter_2/adapter"), 2,
+                 id="this run's adapter, text in its cache"),
+    pytest.param(_lab("smollm2-135m", "outputs/demo/decisive/seed0/iter_2/adapter", text="y"), None,
+                 id="this run's adapter path, text it never sampled (retrained since)"),
+    pytest.param(_lab("x", "decisive/seed0/iter_1/adapter"), 1, id="this run's adapter, no experiment dir"),
+    pytest.param(_lab("smollm2-135m", "outputs/controls/decisive/seed0/iter_2/adapter"), None, id="another experiment"),
+    pytest.param(_lab("smollm2-135m", "outputs/demo/decisive/seed1/iter_2/adapter"), None, id="another seed"),
+    pytest.param(_lab("smollm2-135m", "outputs/demo/anchored/seed0/iter_2/adapter"), None, id="another reward"),
+    pytest.param(_lab("smollm2-135m", None, "decisive/seed0/iter_0", 0), 0, id="audit.label row at t = 0"),
+    pytest.param(_lab("smollm2-135m-sft", None, "decisive/seed0/iter_0", 0), None,
+                 id="audit.label row at t = 0 of another policy"),
+    pytest.param(_lab("smollm2-135m", None, "decisive/seed0/iter_1", 0), None, id="iteration disagrees with path"),
+])
+def test_own_rows_keeps_only_the_audited_policys_text(row, t):
+    got = C.own_rows([row], policy="smollm2-135m", reward="decisive", seed=0, experiment="demo", cached_text=_cache)
+    assert [r["iteration"] for r in got] == ([] if t is None else [t])
+
+
+def test_own_rows_without_the_runs_cache_keeps_no_adapter_text():
+    row = _lab("smollm2-135m", "outputs/demo/decisive/seed0/iter_2/adapter")
+    assert C.own_rows([row], policy="smollm2-135m", reward="decisive", seed=0, experiment="demo") == []
+
+
+def test_own_rows_on_minis_labelled_answers():
+    """Of mini's 516 labelled rows, a base-π_0 run (smollm2-135m, fresh adapter) reads the 72 its
+    policy wrote with no adapter; the warm-start variants' 444 are another policy's text, and the
+    84 written by the old warm-start demo's adapters name a run whose cache does not hold them."""
+    rows = C.read_labelled(Path("data/mini/labelled_answers.jsonl"))
+    got = C.own_rows(rows, policy="smollm2-135m", reward="decisive", seed=0, experiment="controls")
+    assert (len(rows), len(got)) == (516, 72) and {r["iteration"] for r in got} == {0}
+
+
+def test_fresh_blind_labels_count_for_t0_of_a_base_run_only():
+    """fresh_v2.jsonl: 90 answers of SmolLM2-135M's base weights (iter_0 of a fresh adapter) and 90 of
+    one decisive adapter of the run `fresh_labels`. A smollm2-135m run reads the 90 base answers as
+    its t = 0; their adapter's 90 only where its own cache holds them; a warm-start run reads none."""
+    rows = C.read_labelled(Path("experiments/labelled/fresh_v2.jsonl"))
+    base = C.own_rows(rows, policy="smollm2-135m", reward="decisive", seed=0, experiment="controls")
+    assert len(base) == 90 and {r["iteration"] for r in base} == {0}
+    assert C.own_rows(rows, policy="smollm2-135m-sft", reward="decisive", seed=0) == []
+
+
+def test_cluster_wilson_is_wider_than_wilson_when_environments_differ():
+    from audit import stats as S
+
+    # 2 environments of 10 answers: one accepts 5 of its invalid answers, the other none
+    clustered = S.cluster_wilson([1] * 5 + [0] * 15, [0] * 10 + [1] * 10)
+    independent = S.cluster_wilson([1] * 5 + [0] * 15, list(range(20)))
+    assert clustered.rate == independent.rate == 0.25 and clustered.deff > 1
+    assert clustered.high - clustered.low > independent.high - independent.low
+    zero = S.cluster_wilson([0] * 180, [i // 10 for i in range(180)])
+    assert zero.low == 0.0 and 0 < zero.high < 0.03  # no accept at all still has an upper end
