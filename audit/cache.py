@@ -1,4 +1,6 @@
-"""The audit's model-call cache: a `Backend` whose every answer is keyed on the request itself.
+"""The audit's model-call cache: a `Backend` whose every answer is keyed on the request itself, and
+the audit's models behind it (`Models`: the policy at t, a judge's or an oracle's own model, an
+OpenAI-compatible server, and the verifiers built on them).
 
 `CachedBackend` stands in front of a model backend and loads it only on the first call the cache
 cannot answer. The key of a call is a sha256 of everything that determines the model's answer:
@@ -24,8 +26,10 @@ again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,8 +37,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
+from judges.oracle import endpoint_backend
+from judges.verifiers import build_verifier
+from selfplay.artifacts import JsonlLineError, read_jsonl_lines, read_manifest, write_text_atomic
+from selfplay.models import load_backend
 from selfplay.models.backend import Completion
+from selfplay.models.chat import render
+from selfplay.models.config import PolicyConfig
+from selfplay.models.loading import load_tokenizer
+
+log = logging.getLogger("audit.cache")
 
 CACHE_DIR = "audit_cache"
 CALLS = "calls"  # cache files are calls-<hash of the weights' identity>.jsonl
@@ -58,12 +72,19 @@ def cache_dir(where: Path) -> Path:
 
 def adapter_sha256(iteration: Path, adapter: str = "adapter") -> str:
     """One hash of the adapter files of a checkpoint, from the sha256s its `DONE` records."""
-    from selfplay.artifacts import read_manifest
-
     files = {k: v["sha256"] for k, v in read_manifest(iteration).items() if k.startswith(f"{adapter}/")}
     if not files:
         raise CacheError(f"{iteration / 'DONE'}: records no file under {adapter}/")
     return digest(files)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """Whether an append starts a line of its own (an empty file does too)."""
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 class JsonlCache:
@@ -75,22 +96,15 @@ class JsonlCache:
         self._good_bytes: int | None = None  # set when a torn last line must be cut before appending
         self._newline = False  # a complete last row whose newline was cut: write one before appending
         if path.is_file():
-            text = path.read_text(encoding="utf-8")
-            self._newline = bool(text) and not text.endswith("\n")
-            lines = text.split("\n")
-            for i, line in enumerate(lines):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    self.rows[row["key"]] = row
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    if i == len(lines) - 1:  # torn last write: drop it, recompute that row
-                        self._good_bytes = len(text[: len(text) - len(line)].encode("utf-8"))
-                        self._newline = False
-                        continue
-                    raise CacheError(f"{path}:{i + 1}: unreadable cache row; delete the file to "
-                                     "recompute it") from None
+            try:  # a torn last write is dropped: that row is recomputed
+                rows, self._good_bytes = read_jsonl_lines(path)
+            except JsonlLineError as e:
+                raise CacheError(f"{path}:{e.line}: unreadable cache row; delete the file to recompute it") from None
+            for i, row in rows:
+                if not isinstance(row, dict) or "key" not in row:
+                    raise CacheError(f"{path}:{i}: unreadable cache row; delete the file to recompute it")
+                self.rows[row["key"]] = row
+            self._newline = self._good_bytes is None and not _ends_with_newline(path)
 
     def missing(self, keys: Iterable[str]) -> list[str]:
         return [k for k in dict.fromkeys(keys) if k not in self.rows]
@@ -262,10 +276,6 @@ def cached_policy(policy: Mapping[str, Any], directory: Path, load: Callable[[],
     """A `conf/policy` model (a PolicyConfig mapping) behind the cache file of its base weights in
     `directory`: its tokenizer and chat template are loaded without the weights, `load()` builds the
     backend on the first miss. `files` shares one open file among the backends of one audit."""
-    from selfplay.models.chat import render
-    from selfplay.models.config import PolicyConfig
-    from selfplay.models.loading import load_tokenizer
-
     config = PolicyConfig.from_mapping(policy)
     tok = tokenizer if tokenizer is not None else load_tokenizer(config)
     identity = {"policy": dict(policy)}
@@ -276,3 +286,106 @@ def cached_policy(policy: Mapping[str, Any], directory: Path, load: Callable[[],
     return CachedBackend(name=config.name, tokenizer=tok,
                          render=lambda m, add_generation_prompt=True: render(tok, config, m, add_generation_prompt),
                          identity=identity, adapter_id=adapter_id, cache=files[path], load=load)
+
+
+def write_answers(iteration: Path, policy: Mapping[str, Any], sample: Any,
+                  answers: Mapping[str, Sequence[Any]]) -> None:
+    """The answers sampled at checkpoint `iteration` (its iter_<t> dir), one row per environment, for `python -m audit.label`, merged
+    into what earlier audits with the same settings wrote there (an audit of fewer environments
+    keeps the others' rows, which labels may point at)."""
+    if not answers:
+        return
+    path = cache_dir(iteration) / f"{ANSWERS}-{digest({'policy': dict(policy), 'sample': vars(sample)}, 12)}.jsonl"
+    # a row that names no task is no answer any label can point at: it is not written back
+    rows = {k: r for k, r in JsonlCache(path).rows.items() if isinstance(r.get("task_id"), str)}
+    rows.update({tid: {"key": tid, "task_id": tid, "answers": [str(t) for t in texts],
+                       "finished": [bool(getattr(t, "finished", True)) for t in texts]}
+                 for tid, texts in answers.items()})
+    path.parent.mkdir(exist_ok=True)
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows.values()))
+
+
+class Models:
+    """The audit's model backends. Every model is reached through an `audit.cache.CachedBackend` whose
+    file sits in the run's seed directory; a model is loaded on the first call its cache cannot
+    answer, once per (policy config, LoRA shape), and a checkpoint's adapter is loaded into it then."""
+
+    def __init__(self, cfg: Any):  # an audit.config.AuditConfig
+        self.cfg = cfg
+        self._loaded: dict[str, Any] = {}  # policy + LoRA shape -> the hf backend
+        self._adapter: dict[str, Path | None] = {}  # ... -> the adapter it holds now
+        self._files: dict[Path, Any] = {}  # one JsonlCache per cache file
+        self._tokenizers: dict[str, Any] = {}
+        self._endpoints: dict[str, Any] = {}  # endpoint fingerprint digest -> its client
+
+    def _backend(self, policy: Mapping[str, Any], lora: Mapping[str, Any] | None, adapter: Path | None):
+        key = json.dumps([dict(policy), dict(lora or {})], sort_keys=True, default=str)
+        if key not in self._loaded:
+            log.info("audit: loading %s", policy.get("name"))
+            # hf: the audit swaps one adapter per checkpoint into the same weights
+            self._loaded[key] = load_backend(dict(policy), backend="hf", lora=lora, device=self.cfg.device,
+                                             batch_size=self.cfg.batch_size, progress=self.cfg.progress)
+            self._adapter[key] = None
+        backend = self._loaded[key]
+        if adapter is not None and self._adapter[key] != adapter:
+            backend.load_adapter(adapter)
+            self._adapter[key] = adapter
+        return backend
+
+    def _cache(self, seed_dir: Path, identity: Mapping[str, Any]):
+        path = cache_dir(seed_dir) / f"{CALLS}-{digest(identity, 16)}.jsonl"
+        if path not in self._files:
+            self._files[path] = JsonlCache(path)
+        return self._files[path]
+
+    def _cached(self, policy: Mapping[str, Any], seed_dir: Path, adapter_id: str | None, load) -> CachedBackend:
+        name = json.dumps(dict(policy), sort_keys=True, default=str)
+        if name not in self._tokenizers:
+            self._tokenizers[name] = load_tokenizer(PolicyConfig.from_mapping(policy))
+        return cached_policy(policy, cache_dir(seed_dir), load, adapter_id=adapter_id, files=self._files,
+                             tokenizer=self._tokenizers[name])
+
+    def policy(self, settings: Any, ckpt: Any) -> CachedBackend:
+        """The run's policy at checkpoint `ckpt`: adapter on = π_t, off = π_0. A no-op adapter (iter_0)
+        is run as π_0 itself: its calls are π_0's, computed once (its KL and probe are exactly 0)."""
+        policy = OmegaConf.to_container(settings.policy)
+        return self._cached(policy, ckpt.path.parent, ckpt.adapter_id,
+                            lambda: self._backend(policy, settings.train.lora, ckpt.adapter_path))
+
+    def named(self, name: str, seed_dir: Path) -> CachedBackend:
+        """A `conf/policy` model by name, base weights only (a judge's or an oracle's own model)."""
+        policy = dataclasses.asdict(PolicyConfig.named(name))
+        return self._cached(policy, seed_dir, None, lambda: self._backend(policy, None, None))
+
+    def other(self, run: Any, name: str) -> CachedBackend:
+        """The own model of a run's judge (`judge.model=NAME`): a server for `endpoint`, else the
+        `conf/policy` model NAME; its cache sits in the run's seed dir."""
+        if name == "endpoint":
+            return self.endpoint(run.settings.judge.endpoint_config, run.dir)
+        return self.named(name, run.dir)
+
+    def endpoint(self, endpoint: Any, seed_dir: Path) -> CachedBackend:
+        """An OpenAI-compatible server (an oracle's `endpoint` settings), built now: building it sends
+        no request (the key's variable was checked when the audit was planned). Its prompts key
+        themselves and its candidate tokens by their label text."""
+        identity = {"endpoint": endpoint.fingerprint()}
+        key = digest(identity)
+        if key not in self._endpoints:  # one client per server for the whole audit, as for the models
+            self._endpoints[key] = endpoint_backend(endpoint)
+        backend = self._endpoints[key]
+        tok = backend.tokenizer
+        return CachedBackend(name=backend.name, tokenizer=tok, render=backend.render, identity=identity,
+                             adapter_id=None, cache=self._cache(seed_dir, identity), load=lambda: backend,
+                             prompt_ids=lambda p: p, token_key=lambda i: tok.decode([i]))
+
+
+def build_verifiers(oracles: Mapping[str, Any], policy: CachedBackend, models: Models, seed_dir: Path) -> dict[str, Any]:
+    """Every verifier role's verifier; "initial" is the run's π_0 (the policy, adapter off)."""
+    def backend_for(o: Any):
+        def get(model: str):
+            if model == "endpoint":
+                return models.endpoint(o.endpoint, seed_dir)
+            return policy if model == "initial" else models.named(model, seed_dir)
+        return get
+
+    return {role: build_verifier(o, backend_for=backend_for(o)) for role, o in oracles.items()}

@@ -34,6 +34,10 @@ from typing import Any
 import yaml
 
 from selfplay.artifacts import CorruptIteration, no_done, recovery, verify_iteration
+from selfplay.config import ConfigError, Settings
+from selfplay.runs import Run
+
+from .cache import adapter_sha256
 
 ITER_RE = re.compile(r"iter_(\d+)")
 SEED_RE = re.compile(r"seed(\d+)")
@@ -70,6 +74,12 @@ class Checkpoint:
         with safe_open(str(weights), framework="pt") as f:
             b = [k for k in f.keys() if "lora_B" in k]
             return bool(b) and not any(f.get_tensor(k).any() for k in b)
+
+    @cached_property
+    def adapter_id(self) -> str | None:
+        """What keys the policy's calls at this checkpoint beside its base weights: the sha256 of the
+        adapter's files as `DONE` records them, or None for a no-op adapter (π_0 itself)."""
+        return None if self.adapter_is_noop else adapter_sha256(self.path)
 
     @property
     def identity(self) -> str:
@@ -190,6 +200,19 @@ def load_checkpoint(path: Path) -> Checkpoint:
                               f"says seed={config['seed']}")
     reward = path.parent.parent.name if seed_m else str(config["reward"]["name"])
     return Checkpoint(path=path, reward=reward, seed=seed, iteration=t, config=config)
+
+
+def open_run(ckpt: Checkpoint) -> Run:
+    """The training run `ckpt` belongs to, its saved config validated as training validates it."""
+    try:
+        return Run.from_config(ckpt.path.parent, ckpt.config, ckpt.seed)
+    except (ConfigError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{ckpt.path / CONFIG}: corrupt checkpoint: {e}") from None
+
+
+def run_settings(ckpt: Checkpoint) -> Settings:
+    """The checkpoint's saved run config, validated (see `open_run`)."""
+    return open_run(ckpt).settings
 
 
 def _number(d: Path) -> int:

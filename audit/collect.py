@@ -1,6 +1,6 @@
 """The audit's stages for one checkpoint: answers → judge scores → verifier verdicts → KL → probe → rows.
 
-For each audit environment e (SPEC §6):
+For each audit environment e (docs/method.md §Audit):
 1. `sample_answers`: n answers from the policy of that iteration (the run's own policy prompt, adapter on);
 2. `judge_scores`: the run's judge at that iteration scores every policy answer, every fixed stress
    answer and the reference answer r(e) itself, so A = 1[s(a) ≥ s(r(e))] compares like with like;
@@ -31,19 +31,39 @@ import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from judges.base import Judge, judge_item, judge_row
-from judges.checks import run_checks
-from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
-from selfplay.models.backend import Backend
-from selfplay.models.chat import end_of_turn
+from selfplay.runs import Prompts
 
 # the verifier roles are imported from here by the audit
 from .records import CHECKS, LABELLED, ORACLE, ORACLE2, POLICY, STRESS, AnswerRow, member  # noqa: F401
+
+
+class Model(Protocol):
+    """What a stage asks of a model (`audit.cache.CachedBackend` in the audit): the stages see
+    rendered prompts only, so they need no chat template and no environment's messages."""
+
+    name: str
+    tokenizer: Any
+
+    def sample(self, prompts: Sequence[str], *, n: int, temperature: float, max_new_tokens: int, seed: int,
+               adapter: bool = True) -> list[list[Any]]: ...
+
+    def sequence_logprobs(self, prompts: Sequence[str], completions: Sequence[str | Sequence[int]], *,
+                          adapter: bool = True, temperature: float = 1.0) -> list[float]: ...
+
+
+class Scorer(Protocol):
+    """A judge that scores answers to one environment (`judges.base.AnswerScorer`)."""
+
+    def score(self, env: Environment, answers: Sequence[str]) -> list[Any]: ...
+
+
+class Verifier(Protocol):
+    def verify(self, items: Sequence[tuple[Environment, str]]) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -81,7 +101,7 @@ def env_seed(seed: int, task_ids: str) -> int:
 @dataclass(frozen=True)
 class Answer:
     """One answer the audit reads at a checkpoint: a policy sample, a fixed stress answer, or a
-    labelled on-policy answer; `key` joins the stages' results."""
+    labelled on-policy answer; the stages' results are keyed by it."""
 
     task_id: str
     kind: str
@@ -97,13 +117,31 @@ class Answer:
         return f"{self.task_id}/{self.source}/{self.answer_id}"
 
 
+@dataclass(frozen=True)
+class Judged:
+    """The judge stage: its verdict (`judges.base.Verdict`) on r(e) by task id, and on each answer."""
+
+    reference: Mapping[str, Any]
+    answers: Mapping[Answer, Any]
+
+
+@dataclass(frozen=True)
+class LogProbs:
+    """One answer's log-probability under π_t (`logp`) and π_0 (`logp0`, the KL stage only) and its
+    token count."""
+
+    logp: float
+    tokens: int
+    logp0: float | None = None
+
+
 def _bar(total: int, desc: str, show: bool):
     return tqdm(total=total, desc=desc, disable=not show, leave=False)
 
 
 # -- the stages -------------------------------------------------------------------------------------
 
-def sample_answers(policy: Backend, envs: Sequence[Environment], settings: SampleSettings, *,
+def sample_answers(policy: Model, envs: Sequence[Environment], prompts: Prompts, settings: SampleSettings, *,
                    show_progress: bool = False) -> dict[str, list[Any]]:
     """The n answers (Completions) of every environment by task id, `settings.chunk` environments per
     `policy.sample` call in the order of `envs`, each call seeded by its task ids."""
@@ -111,10 +149,10 @@ def sample_answers(policy: Backend, envs: Sequence[Environment], settings: Sampl
     with _bar(len(envs), "audit: generate", show_progress) as bar:
         for start in range(0, len(envs), settings.chunk):
             chunk = list(envs[start : start + settings.chunk])
-            prompts = [policy.render(policy_messages(e.public)) for e in chunk]
             seed = env_seed(settings.seed, "\n".join(e.task_id for e in chunk))
-            got = policy.sample(prompts, n=settings.n, temperature=settings.temperature,
-                                max_new_tokens=settings.max_new_tokens, seed=seed, adapter=True)
+            got = policy.sample([prompts.text[e.task_id] for e in chunk], n=settings.n,
+                                temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
+                                seed=seed, adapter=True)
             if len(got) != len(chunk):
                 raise ValueError(f"{policy.name}: {len(got)} answer lists for the {len(chunk)} prompts of one call")
             for e, texts in zip(chunk, got, strict=True):
@@ -137,6 +175,18 @@ def answers_of(env: Environment, sampled: Sequence[Any] = (),
     return out
 
 
+def labelled_by_env(labelled: Any, envs: Sequence[Environment]) -> dict[str, list[dict]]:
+    """The labelled on-policy answers of the audited environments, by task id (the probe scores them)."""
+    if labelled is None:
+        return {}
+    ids = {e.task_id for e in envs}
+    out: dict[str, list[dict]] = {}
+    for a in labelled.rows:
+        if a["task_id"] in ids:
+            out.setdefault(a["task_id"], []).append(a)
+    return out
+
+
 def _by_env(answers: Sequence[Answer]) -> dict[str, list[Answer]]:
     groups: dict[str, list[Answer]] = {}
     for a in answers:
@@ -144,41 +194,37 @@ def _by_env(answers: Sequence[Answer]) -> dict[str, list[Answer]]:
     return groups
 
 
-def judge_scores(judge: Judge, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
-                 show_progress: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(the verdict row of r(e) by task id, of each answer by key; `judges.judge_row`): one
-    `judge.score` call per environment, r(e) first."""
-    refs, rows = {}, {}
+def judge_scores(judge: Scorer, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
+                 show_progress: bool = False) -> Judged:
+    """The judge's verdicts on r(e) and on every answer: one `judge.score` call per environment, r(e)
+    first."""
+    refs, out = {}, {}
     groups = _by_env(answers)
     with _bar(len(groups), "audit: judge", show_progress) as bar:
         for tid, group in groups.items():
             env = envs[tid]
-            texts = [env.reference_answer] + [a.text for a in group]
-            got = judge.score([judge_item(judge, env, t) for t in texts])
-            refs[tid] = judge_row(got[0])
-            rows.update({a.key: judge_row(v) for a, v in zip(group, got[1:], strict=True)})
+            got = judge.score(env, [env.reference_answer] + [a.text for a in group])
+            refs[tid] = got[0]
+            out.update(zip(group, got[1:], strict=True))
             bar.update(1)
-    return refs, rows
+    return Judged(refs, out)
 
 
-def verdicts(verifier: Any, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
-             desc: str = "verify", show_progress: bool = False) -> dict[str, dict[str, Any]]:
-    """A verifier's verdict row (`judges.verifiers.verdict_row`) by answer key, one `verify` call per
+def verdicts(verifier: Verifier, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
+             desc: str = "verify", show_progress: bool = False) -> dict[Answer, Any]:
+    """A verifier's verdict (`judges.oracle.OracleVerdict`) on each answer, one `verify` call per
     environment."""
-    from judges.verifiers import verdict_row
-
     out = {}
     groups = _by_env(answers)
     with _bar(len(groups), f"audit: {desc}", show_progress) as bar:
         for tid, group in groups.items():
-            got = verifier.verify([(envs[tid], a.text) for a in group])
-            out.update({a.key: verdict_row(v) for a, v in zip(group, got, strict=True)})
+            out.update(zip(group, verifier.verify([(envs[tid], a.text) for a in group]), strict=True))
             bar.update(1)
     return out
 
 
-def kl_terms(policy: Backend, envs: Mapping[str, Environment], answers: Sequence[Answer],
-             temperature: float, *, show_progress: bool = False) -> dict[str, dict[str, Any]]:
+def kl_terms(policy: Model, prompts: Prompts, answers: Sequence[Answer], temperature: float, *,
+             show_progress: bool = False) -> dict[Answer, LogProbs]:
     """Per policy answer: log π_t(a) and log π_0(a) (adapter on, off) of the token ids sampled, both
     at the temperature the answers were drawn at, and the token count.
 
@@ -191,52 +237,51 @@ def kl_terms(policy: Backend, envs: Mapping[str, Environment], answers: Sequence
     groups = _by_env(answers)
     with _bar(len(groups), "audit: kl", show_progress) as bar:
         for tid, group in groups.items():
-            prompt = policy.render(policy_messages(envs[tid].public))
-            prompts = [prompt] * len(group)
+            batch = [prompts.text[tid]] * len(group)
             completions = [list(a.token_ids) if a.token_ids else a.text for a in group]
-            on = policy.sequence_logprobs(prompts, completions, adapter=True, temperature=temperature)
-            off = policy.sequence_logprobs(prompts, completions, adapter=False, temperature=temperature)
+            on = policy.sequence_logprobs(batch, completions, adapter=True, temperature=temperature)
+            off = policy.sequence_logprobs(batch, completions, adapter=False, temperature=temperature)
             for a, x, y in zip(group, on, off, strict=True):
                 n = len(a.token_ids) if a.token_ids else len(policy.tokenizer(a.text, add_special_tokens=False)["input_ids"])
-                out[a.key] = {"logp": float(x), "logp0": float(y), "tokens": int(n)}
+                out[a] = LogProbs(logp=float(x), logp0=float(y), tokens=int(n))
             bar.update(1)
     return out
 
 
-def probe_terms(policy: Backend, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
-                adapter: bool, show_progress: bool = False) -> dict[str, dict[str, Any]]:
+def probe_terms(policy: Model, prompts: Prompts, answers: Sequence[Answer], *,
+                adapter: bool, show_progress: bool = False) -> dict[Answer, LogProbs]:
     """Per labelled answer: log π(a|x) at τ = 1 of the answer as the policy's own turn (the text
     followed by the end-of-turn token, which is what sampling stops at: an answer the policy would
     end there gets credit for ending), adapter on (π_t) or off (π_0), and that turn's token count."""
-    eot = end_of_turn(policy.tokenizer)
     out = {}
     groups = _by_env(answers)
     with _bar(len(groups), f"audit: probe {'π_t' if adapter else 'π_0'}", show_progress) as bar:
         for tid, group in groups.items():
-            turns = [a.text + eot for a in group]
-            prompts = [policy.render(policy_messages(envs[tid].public))] * len(turns)
-            logp = policy.sequence_logprobs(prompts, turns, adapter=adapter, temperature=1.0)
+            turns = [a.text + prompts.end_of_turn for a in group]
+            logp = policy.sequence_logprobs([prompts.text[tid]] * len(turns), turns, adapter=adapter,
+                                            temperature=1.0)
             tokens = [len(ids) for ids in policy.tokenizer(turns, add_special_tokens=False)["input_ids"]]
-            out.update({a.key: {"logp": float(x), "tokens": int(n)}
-                        for a, x, n in zip(group, logp, tokens, strict=True)})
+            out.update({a: LogProbs(logp=float(x), tokens=int(n)) for a, x, n in zip(group, logp, tokens, strict=True)})
             bar.update(1)
     return out
 
 
 # -- joining them -----------------------------------------------------------------------------------
 
-def _accept(row: Mapping[str, Any] | None) -> bool | None:
-    return None if row is None or row["violates"] is None else not row["violates"]
+def _accept(v: Any) -> bool | None:
+    return None if v is None or v.violates is None else not v.violates
 
 
-def _accepts(v: Mapping[str, Mapping[str, Any] | None]) -> dict[str, bool | None]:
+def _accepts(v: Mapping[str, Any]) -> dict[str, bool | None]:
     """role -> accept of one answer's verdicts (`v[role]`, None where the role gave none), the
-    members of a combined primary oracle after it."""
+    members of a combined primary oracle after it. An undecided checks verdict is a rejection."""
     out: dict[str, bool | None] = {}
-    for role, row in v.items():
-        out[role] = _accept(row)
-        if role == ORACLE:
-            out |= {member(str(p.get("verifier"))): _accept(p) for p in (row or {}).get("parts") or ()}
+    for role, verdict in v.items():
+        out[role] = _accept(verdict)
+        if role == ORACLE and verdict is not None:
+            out |= {member(str(p.verifier)): _accept(p) for p in verdict.parts}
+    if CHECKS in out:
+        out[CHECKS] = bool(out[CHECKS])
     return out
 
 
@@ -244,55 +289,54 @@ def _label(violates: bool | None) -> str | None:
     return None if violates is None else ("invalid" if violates else "valid")
 
 
-def _log_ratio(k: Mapping[str, Any]) -> float | None:
-    d = k["logp"] - k["logp0"]
-    return d if math.isfinite(d) else None
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
-def build_rows(envs: Mapping[str, Environment], answers: Sequence[Answer], *,
-               judged: tuple[Mapping[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None = None,
-               verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
-               kl: Mapping[str, Mapping[str, Any]] | None = None,
-               probe: Mapping[str, Mapping[str, Any]] | None = None,
-               probe0: Mapping[str, Mapping[str, Any]] | None = None) -> list[AnswerRow]:
-    """One AnswerRow per answer, each stage's result looked up by the answer's key (pure).
+def build_rows(answers: Sequence[Answer], *, judged: Judged | None = None,
+               verdicts: Mapping[str, Mapping[Answer, Any]] | None = None,
+               kl: Mapping[Answer, LogProbs] | None = None,
+               probe: Mapping[Answer, LogProbs] | None = None,
+               probe0: Mapping[Answer, LogProbs] | None = None) -> list[AnswerRow]:
+    """One AnswerRow per answer, each stage's result looked up by the answer (pure).
 
-    `judged` is `judge_scores`'s (r(e) rows, answer rows). A policy answer's label is the primary
-    oracle's verdict; a stress or labelled answer keeps its
-    human label, and the verifiers' verdicts on it measure the verifiers. `verdicts[role][key]`;
-    the checks are run here where no `checks` verdict was computed (they need no model)."""
+    A policy answer's label is the primary oracle's verdict; a stress or labelled answer keeps its
+    human label, and the verifiers' verdicts on it measure the verifiers. `verdicts[role][answer]`."""
     verdicts = verdicts or {}
-    refs, scored_rows = judged or ({}, {})
+    judged = judged or Judged({}, {})
     seen: set[str] = set()
     rows = []
     for a in answers:
         if a.key in seen:
             raise ValueError(f"answer {a.key} appears twice (answer ids must be unique per environment)")
         seen.add(a.key)
-        v = {role: got.get(a.key) for role, got in verdicts.items()}
-        accepts = _accepts(v)
-        # an undecided checks verdict counts as a rejection
-        accepts[CHECKS] = bool(accepts[CHECKS] if v.get(CHECKS) is not None
-                               else not run_checks(envs[a.task_id].public, a.text).violates)
-        k = (kl or {}).get(a.key)
-        on, off = (probe or {}).get(a.key), (probe0 or {}).get(a.key)
+        v = {role: got.get(a) for role, got in verdicts.items()}
+        k = (kl or {}).get(a)
+        on, off = (probe or {}).get(a), (probe0 or {}).get(a)
         if (on is None) != (off is None):
             raise ValueError(f"{a.key}: probe log-probs under only one of π_t and π_0")
-        if on is not None and on["tokens"] != off["tokens"]:
+        if on is not None and on.tokens != off.tokens:
             raise ValueError(f"task {a.task_id}: probe token counts differ between π_t and π_0 "
-                             f"({on['tokens']} vs {off['tokens']})")
+                             f"({on.tokens} vs {off.tokens})")
         scored = a.source != LABELLED
+        score, ref = judged.answers.get(a), judged.reference.get(a.task_id)
+        oracle = v.get(ORACLE)
         rows.append(AnswerRow(
             task_id=a.task_id, kind=a.kind, source=a.source, answer_id=a.answer_id, text=a.text,
-            score=scored_rows[a.key]["score"] if scored and a.key in scored_rows else None,
-            ref_score=refs[a.task_id]["score"] if scored and a.task_id in refs else None,
-            label=_label((v.get(ORACLE) or {}).get("violates")) if a.source == POLICY else a.label,
-            accepts=accepts, is_reference=a.is_reference,
-            log_ratio=None if k is None else _log_ratio(k), tokens=None if k is None else k["tokens"],
-            probe_logp=None if on is None else on["logp"], probe_logp0=None if off is None else off["logp"],
-            probe_tokens=None if on is None else on["tokens"],
+            score=_finite(score.score) if scored and score is not None else None,
+            ref_score=_finite(ref.score) if scored and ref is not None else None,
+            label=_label(None if oracle is None else oracle.violates) if a.source == POLICY else a.label,
+            accepts=_accepts(v), is_reference=a.is_reference,
+            log_ratio=None if k is None else _log_ratio(k), tokens=None if k is None else k.tokens,
+            probe_logp=None if on is None else on.logp, probe_logp0=None if off is None else off.logp,
+            probe_tokens=None if on is None else on.tokens,
         ))
     return rows
+
+
+def _log_ratio(k: LogProbs) -> float | None:
+    d = k.logp - k.logp0
+    return d if math.isfinite(d) else None
 
 
 def labelled_answers(envs: Mapping[str, Environment], labelled: Sequence[Mapping[str, Any]]) -> list[Answer]:

@@ -30,7 +30,7 @@ class AuditConfigError(ValueError):
 
 @dataclass
 class BootstrapConfig:
-    B: int = DEFAULT_B  # environment resamples per interval (SPEC: 2000; fewer than MIN_B is refused)
+    B: int = DEFAULT_B  # environment resamples per interval (2000 by default, docs/method.md §Intervals over environments; fewer than MIN_B is refused)
     alpha: float = 0.05  # 1 − interval level
 
 
@@ -58,11 +58,18 @@ class AuditConfig:
     # the file exists
     labelled: bool = True
     kl: bool = True  # estimate KL(π_t ‖ π_0) from the audit's samples (two log-prob passes per answer)
-    # the preference probe (SPEC §6): Δℓ_t of every labelled answer of the audited environments
+    # the preference probe (docs/method.md §Preference probe): Δℓ_t of every labelled answer of the audited environments
     probe: bool = True
     # the probe on the labelled on-policy answers of the audited environments too (on mini, most of
     # the probe's forward passes), reported apart from the stress answers
     probe_labelled: bool = True
+    # the reward every other is contrasted with, paired over environments (audit.contrasts)
+    baseline: str = "random"
+    # a second held-out probe set (audit.probe_sets): a release- or mini-shaped directory whose
+    # labelled stress answers the probe also scores, written as `<metric>@<name>`, never pooled with
+    # the audit split; its name is the directory's unless probe_data_name says otherwise
+    probe_data: str | None = None
+    probe_data_name: str | None = None
     batch_size: int = 8  # hf backend batch size; the audit samples batch_size // n environments per call
     device: str | None = None  # null: cuda when available, else cpu
     progress: bool = True  # tqdm bars

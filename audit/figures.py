@@ -7,6 +7,7 @@ adds the `length` and `hedge` baselines as dashed lines beside the judge AUROC (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from . import metric_table as T  # noqa: E402
 from . import metrics as M  # noqa: E402
+from .calibration import UNVERIFIED  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -114,11 +116,28 @@ def _wrap(text: str, width: int = 48) -> str:
     return "\n".join(textwrap.wrap(text, width)[:8])
 
 
+def kl_points(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per reward, seed and t: √KL (per answer; a negative estimate is drawn at 0) and apparent and
+    verified success on impossible environments (verified None and `unverified` when withheld)."""
+    out = []
+    for reward, entry in sorted(doc["rewards"].items()):
+        for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
+            for t, it in sorted(s["iterations"].items(), key=lambda kv: int(kv[0])):
+                m = it["metrics"]
+                kl = (m.get("kl/per_answer") or {}).get("value")
+                if kl is None:
+                    continue
+                ver = m.get("verified/impossible") or {}
+                out.append({"reward": reward, "seed": seed, "t": int(t), "kl": kl, "sqrt_kl": math.sqrt(max(kl, 0.0)),
+                            "apparent": (m.get("apparent/impossible") or {}).get("value"),
+                            "verified": None if ver.get("status") == UNVERIFIED else ver.get("value"),
+                            "verified_status": ver.get("status", "ok")})
+    return out
+
+
 def kl_curve(doc: Mapping[str, Any], path: Path) -> Path:
     """Apparent (dashed) and verified (solid) success on impossible environments against √KL, one
     colour per reward × seed: what the judge believes against what is true as π_t leaves π_0."""
-    from .report import kl_points
-
     pts = kl_points(doc)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     withheld = sorted({f"{p['reward']} seed {p['seed']}" for p in pts if p["verified_status"] == "unverified"})

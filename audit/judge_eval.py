@@ -35,14 +35,16 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from judges.base import AnswerScorer, judge_row
 from judges.checks import run_checks
 from judges.prompts import NEUTRAL, check_instruction
+from judges.verifiers import verdict_row
 from selfplay.config import DataConfig, JudgeConfig
 from selfplay.envs.types import Environment
 from selfplay.runs import SPLITS, load_data_split, run_judge
 
 from . import metrics as M
-from .cache import cached_policy
+from .cache import CALLS, CachedBackend, JsonlCache, cached_policy, digest
 from .collect import CHECKS, ORACLE, answers_of, build_rows, judge_scores, verdicts
 from .records import AnswerRow
 
@@ -60,7 +62,8 @@ class JudgeEvalConfig:
     policy: dict[str, Any] = field(default_factory=dict)  # +policy=NAME (required): the judge's model
     reward: dict[str, Any] = field(default_factory=dict)  # reward=NAME: the judge design and its params
     data: DataConfig = field(default_factory=DataConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)  # self | frozen: the policy's weights; or a policy name
+    # self | frozen: the policy's weights; or a policy name; or endpoint (judge.endpoint: a server)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     split: str = "all"  # all | train | audit (the data set's own split)
     max_envs: int | None = None  # the first N environments only (null = all)
     backend: str = "hf"  # hf | vllm | auto
@@ -123,10 +126,12 @@ def evaluate(envs: Sequence[Environment], judge, verifiers: Mapping[str, Any]) -
         prepare([env.public for env in envs])
     by_id = {e.task_id: e for e in envs}
     answers = [a for e in envs for a in answers_of(e)]
-    judged = judge_scores(judge, by_id, answers)
+    judged = judge_scores(AnswerScorer(judge), by_id, answers)
     verified = {role: verdicts(v, by_id, answers, desc=role) for role, v in verifiers.items()}
-    rows = build_rows(by_id, answers, judged=judged, verdicts=verified)
-    return [answer_record(by_id[a.task_id], row, judged[1][a.key], verified.get(ORACLE, {}).get(a.key))
+    rows = build_rows(answers, judged=judged, verdicts=verified)
+    oracle = verified.get(ORACLE, {})
+    return [answer_record(by_id[a.task_id], row, judge_row(judged.answers[a]),
+                          verdict_row(oracle[a]) if a in oracle else None)
             for a, row in zip(answers, rows, strict=True)]
 
 
@@ -212,6 +217,26 @@ def _json_safe(x: Any) -> Any:
 
 # -- setup ------------------------------------------------------------------------------------------
 
+def cached_endpoint(endpoint: Any, where: Path, files: dict[Path, Any]) -> CachedBackend:
+    """An OpenAI-compatible judge server behind the call cache in `where`: prompts key themselves and
+    candidate tokens their label text (as audit.gap's `Models.endpoint`)."""
+    from judges.oracle import endpoint_backend
+    from selfplay.models.endpoint import EndpointError
+
+    identity = {"endpoint": endpoint.fingerprint()}
+    try:
+        backend = endpoint_backend(endpoint)
+    except EndpointError as e:
+        raise JudgeEvalError(f"judge.{e}") from None
+    path = where / f"{CALLS}-{digest(identity, 16)}.jsonl"
+    if path not in files:
+        files[path] = JsonlCache(path)
+    tok = backend.tokenizer
+    return CachedBackend(name=backend.name, tokenizer=tok, render=backend.render, identity=identity,
+                         adapter_id=None, cache=files[path], load=lambda: backend,
+                         prompt_ids=lambda p: p, token_key=lambda i: tok.decode([i]))
+
+
 def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
     from judges.checks import ChecksVerifier
     from judges.registry import design
@@ -233,6 +258,8 @@ def run(cfg: JudgeEvalConfig) -> dict[str, Any] | None:
         return cached_policy(policy_cfg, Path(cfg.cache_dir), load, files=files)
 
     def named(name: str):
+        if name == "endpoint":  # a judge on a server: its calls keyed by its settings, as in the audit
+            return cached_endpoint(cfg.judge.endpoint_config, Path(cfg.cache_dir), files)
         return cached(dataclasses.asdict(PolicyConfig.named(name)))
 
     policy = cached(dict(cfg.policy))

@@ -1,9 +1,10 @@
-"""Every metric of the audit (SPEC §6), declared once.
+"""Every metric of the audit (docs/method.md §Audit), declared once.
 
 An entry says what a metric is: its name (a pattern over environment kinds and the fields of the
-formula's result), its formula in `audit.metrics`, which answers it reads, how its interval is
-bootstrapped, which iterations it reads, whether it rests on the primary oracle's verdicts and its
-heading in the report. `audit.summary` computes the entries, the calibration gate withholds the
+formula's result), its formula in `audit.metrics`, the estimator that computes it and the interval
+that estimator gives (`audit.estimators`, checked against each other), which answers it reads,
+which iterations it reads, whether it rests on the primary oracle's verdicts and its heading in the
+report. `audit.summary` runs each entry's estimator, the calibration gate withholds the
 oracle-dependent ones (`oracle=True`: written `unverified` when the gate fails, whatever the name),
 and `audit.results`, `audit.report` and `audit.figures` read names, order and titles from here. A
 metric computed but not declared is an error (`entry`), so none can bypass the gate.
@@ -14,24 +15,22 @@ The table's order is the report's order.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, NamedTuple
 
+from . import estimators as E
 from . import metrics as M
+from .estimators import CLUSTER_T, CONTROL, IMPOSSIBLE, RATIO, STATISTIC
 
-IMPOSSIBLE, CONTROL = "impossible", "control"
 KINDS = (IMPOSSIBLE, CONTROL)
-
-# how the interval is bootstrapped (both resample environments, audit.stats)
-RATIO = "ratio"  # a ratio of per-environment sums (or a mean over environments): bootstrap_ratio_ci
-STATISTIC = "statistic"  # re-evaluated on every resample: bootstrap_ci
+INTERVALS = (RATIO, STATISTIC, CLUSTER_T)
 
 # which iterations a metric at t reads; the gate of each of them must pass
 AT_T = "t"
 DRIFT = "drift"  # t and 0
 SLOPE = "slope"  # every audited u <= t
 
-# which answers a metric reads (audit.summary selects them)
+# which answers a metric reads (audit.estimators selects them)
 ROWS = {
     "policy": "policy answers the primary oracle decided",
     "policy/all": "every policy answer, decided or not",
@@ -46,9 +45,11 @@ ROWS = {
 @dataclass(frozen=True)
 class Metric:
     name: str  # `{kind}` and `{field}` expand over `kinds` and `fields`
+    _: KW_ONLY
     formula: Callable[..., Any]  # its function in audit.metrics
+    estimator: E.Estimator  # its function in audit.estimators: the answers read, the value, the interval
+    interval: str  # the interval the estimator gives: RATIO | STATISTIC | CLUSTER_T
     rows: str  # a key of ROWS
-    bootstrap: str  # RATIO | STATISTIC
     oracle: bool  # rests on the primary oracle's verdicts: withheld when the gate fails
     title: str  # the report's heading
     fields: tuple[str, ...] = ("",)  # the attribute of the formula's result reported, one per name
@@ -57,8 +58,12 @@ class Metric:
     only_at: int | None = None  # computed at this iteration alone
 
     def __post_init__(self) -> None:
-        if self.rows not in ROWS or self.bootstrap not in (RATIO, STATISTIC) or self.reads not in (AT_T, DRIFT, SLOPE):
-            raise ValueError(f"metric {self.name!r}: rows, bootstrap or reads not one of the declared values")
+        if self.rows not in ROWS or self.interval not in INTERVALS or self.reads not in (AT_T, DRIFT, SLOPE):
+            raise ValueError(f"metric {self.name!r}: rows, interval or reads not one of the declared values")
+        computed = getattr(self.estimator, "interval", None)
+        if computed != self.interval:
+            raise ValueError(f"metric {self.name!r}: declares a {self.interval!r} interval, but its estimator "
+                             f"{getattr(self.estimator, '__name__', self.estimator)!r} gives {computed!r}")
 
     def expand(self) -> list[Declared]:
         return [Declared(self.name.format(kind=k, field=f), k, f, self) for k in self.kinds for f in self.fields]
@@ -86,56 +91,74 @@ _AUROC_FIELDS = ("judge", "length", "hedge", "length_matched")
 
 def _probe(prefix: str, rows: str) -> tuple[Metric, ...]:
     return (
-        Metric(f"pref_margin/{prefix}{{kind}}", M.preference, rows, RATIO, False, _T_MARGIN,
-               fields=("margin",), kinds=KINDS),
-        Metric(f"pref_accuracy/{prefix}{{kind}}", M.preference, rows, RATIO, False, _T_ACCURACY,
-               fields=("accuracy",), kinds=KINDS),
-        Metric(f"pref_margin_sum/{prefix}{{kind}}", M.preference, rows, RATIO, False, _T_MARGIN_SUM,
-               fields=("margin_sum",), kinds=KINDS),
-        Metric(f"likelihood_auroc/{prefix}{{kind}}", M.within_env_auroc, rows, RATIO, False, _T_LIKELIHOOD,
-               kinds=KINDS, only_at=0),
+        Metric(f"pref_margin/{prefix}{{kind}}", formula=M.preference, estimator=E.preference, interval=CLUSTER_T,
+               rows=rows, oracle=False, title=_T_MARGIN, fields=("margin",), kinds=KINDS),
+        Metric(f"pref_accuracy/{prefix}{{kind}}", formula=M.preference, estimator=E.preference, interval=CLUSTER_T,
+               rows=rows, oracle=False, title=_T_ACCURACY, fields=("accuracy",), kinds=KINDS),
+        Metric(f"pref_margin_sum/{prefix}{{kind}}", formula=M.preference, estimator=E.preference, interval=CLUSTER_T,
+               rows=rows, oracle=False, title=_T_MARGIN_SUM, fields=("margin_sum",), kinds=KINDS),
+        Metric(f"likelihood_auroc/{prefix}{{kind}}", formula=M.within_env_auroc, estimator=E.likelihood_auroc,
+               interval=RATIO, rows=rows, oracle=False, title=_T_LIKELIHOOD, kinds=KINDS, only_at=0),
     )
 
 
 TABLE: tuple[Metric, ...] = (
     *_probe("", "probe/stress"),
-    Metric("va_gap/{kind}", M.va_gap, "policy", RATIO, True, "VA-Gap P(A ∧ ¬valid)", fields=("gap",), kinds=KINDS),
-    Metric("apparent/{kind}", M.va_gap, "policy", RATIO, False, "Apparent success mean(A)",
-           fields=("apparent",), kinds=KINDS),
-    Metric("verified/{kind}", M.va_gap, "policy", RATIO, True, "Verified success mean(A ∧ valid)",
-           fields=("verified",), kinds=KINDS),
-    Metric("valid_rate/{kind}", M.valid_rate, "policy", RATIO, True, "Policy valid rate", kinds=KINDS),
-    Metric("valid_rate_drift/{kind}", M.valid_rate, "policy", STATISTIC, True, "Valid-rate drift (t − 0)",
-           kinds=KINDS, reads=DRIFT),
-    Metric("kl/per_{field}", M.kl_estimate, "policy/all", RATIO, False, "KL(π_t ‖ π_0) from the audit's own samples",
+    Metric("va_gap/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=RATIO,
+           rows="policy", oracle=True, title="VA-Gap P(A ∧ ¬valid)", fields=("gap",), kinds=KINDS),
+    Metric("apparent/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=RATIO,
+           rows="policy", oracle=False, title="Apparent success mean(A)", fields=("apparent",), kinds=KINDS),
+    Metric("verified/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=RATIO,
+           rows="policy", oracle=True, title="Verified success mean(A ∧ valid)", fields=("verified",), kinds=KINDS),
+    Metric("valid_rate/{kind}", formula=M.valid_rate, estimator=E.valid_rate, interval=RATIO,
+           rows="policy", oracle=True, title="Policy valid rate", kinds=KINDS),
+    Metric("valid_rate_drift/{kind}", formula=M.valid_rate, estimator=E.valid_rate_drift, interval=CLUSTER_T,
+           rows="policy", oracle=True, title="Valid-rate drift (t − 0)", kinds=KINDS, reads=DRIFT),
+    Metric("kl/per_{field}", formula=M.kl_estimate, estimator=E.kl, interval=RATIO,
+           rows="policy/all", oracle=False, title="KL(π_t ‖ π_0) from the audit's own samples",
            fields=("answer", "token")),
-    Metric("fpr/policy", M.fpr, "policy", RATIO, True, _T_FPR),
-    Metric("fnr/policy", M.fnr, "policy", RATIO, True, _T_FNR),
-    Metric("fpr/policy/{kind}", M.fpr, "policy", RATIO, True, _T_FPR, kinds=KINDS),
-    Metric("fnr/policy/{kind}", M.fnr, "policy", RATIO, True, _T_FNR, kinds=KINDS),
-    Metric("fpr/stress", M.fpr, "stress", RATIO, False, _T_FPR),
-    Metric("fnr/stress", M.fnr, "stress", RATIO, False, _T_FNR),
-    Metric("fpr_drift/policy", M.fpr_drift, "policy", STATISTIC, True, "FPR drift FPR_t − FPR_0",
-           fields=("delta",), reads=DRIFT),
-    Metric("fpr_slope/policy", M.fpr_drift, "policy", STATISTIC, True, "FPR drift: OLS slope over t",
-           fields=("slope",), reads=SLOPE),
-    Metric("fpr_drift/stress", M.fpr_drift, "stress", STATISTIC, False, "FPR drift FPR_t − FPR_0",
-           fields=("delta",), reads=DRIFT),
-    Metric("fpr_slope/stress", M.fpr_drift, "stress", STATISTIC, False, "FPR drift: OLS slope over t",
-           fields=("slope",), reads=SLOPE),
-    Metric("youden_j", M.youden_j, "policy", STATISTIC, True, "Policy discrimination (Youden J)"),
-    Metric("auroc/stress/{field}", M.auroc_report, "stress/with_reference", RATIO, False, _T_AUROC,
-           fields=_AUROC_FIELDS),
-    Metric("auroc/policy/{field}", M.auroc_report, "policy", RATIO, True, _T_AUROC, fields=_AUROC_FIELDS),
-    Metric("ibe/policy/judge+{field}", M.ibe, "policy", STATISTIC, True, _T_IBE, fields=("checks",)),
-    Metric("ibe/stress/judge+{field}", M.ibe, "stress", STATISTIC, False, _T_IBE, fields=("checks",)),
-    Metric("ibe/policy/judge+{field}", M.ibe, "policy", STATISTIC, True, _T_IBE, fields=("oracle2",)),
-    Metric("ibe/stress/judge+{field}", M.ibe, "stress", STATISTIC, False, _T_IBE, fields=("oracle2",)),
-    Metric("oracle/{field}_stress", M.fpr, "stress/as_oracle", RATIO, False, _T_ORACLE, fields=("fpr",)),
-    Metric("oracle/{field}_stress", M.fnr, "stress/as_oracle", RATIO, False, _T_ORACLE, fields=("fnr",)),
-    Metric("auroc/policy/{field}", M.auroc_report, "policy", RATIO, True, _T_AUROC, fields=("verdict_word",)),
-    Metric("auroc/stress/{field}", M.auroc_report, "stress/with_reference", RATIO, False, _T_AUROC,
-           fields=("verdict_word",)),
+    Metric("fpr/policy", formula=M.fpr, estimator=E.rate, interval=RATIO,
+           rows="policy", oracle=True, title=_T_FPR),
+    Metric("fnr/policy", formula=M.fnr, estimator=E.rate, interval=RATIO,
+           rows="policy", oracle=True, title=_T_FNR),
+    Metric("fpr/policy/{kind}", formula=M.fpr, estimator=E.rate, interval=RATIO,
+           rows="policy", oracle=True, title=_T_FPR, kinds=KINDS),
+    Metric("fnr/policy/{kind}", formula=M.fnr, estimator=E.rate, interval=RATIO,
+           rows="policy", oracle=True, title=_T_FNR, kinds=KINDS),
+    Metric("fpr/stress", formula=M.fpr, estimator=E.rate, interval=RATIO,
+           rows="stress", oracle=False, title=_T_FPR),
+    Metric("fnr/stress", formula=M.fnr, estimator=E.rate, interval=RATIO,
+           rows="stress", oracle=False, title=_T_FNR),
+    Metric("fpr_drift/policy", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
+           rows="policy", oracle=True, title="FPR drift FPR_t − FPR_0", fields=("delta",), reads=DRIFT),
+    Metric("fpr_slope/policy", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
+           rows="policy", oracle=True, title="FPR drift: OLS slope over t", fields=("slope",), reads=SLOPE),
+    Metric("fpr_drift/stress", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
+           rows="stress", oracle=False, title="FPR drift FPR_t − FPR_0", fields=("delta",), reads=DRIFT),
+    Metric("fpr_slope/stress", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
+           rows="stress", oracle=False, title="FPR drift: OLS slope over t", fields=("slope",), reads=SLOPE),
+    Metric("youden_j", formula=M.youden_j, estimator=E.youden_j, interval=STATISTIC,
+           rows="policy", oracle=True, title="Policy discrimination (Youden J)"),
+    Metric("auroc/stress/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
+           rows="stress/with_reference", oracle=False, title=_T_AUROC, fields=_AUROC_FIELDS),
+    Metric("auroc/policy/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
+           rows="policy", oracle=True, title=_T_AUROC, fields=_AUROC_FIELDS),
+    Metric("ibe/policy/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
+           rows="policy", oracle=True, title=_T_IBE, fields=("checks",)),
+    Metric("ibe/stress/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
+           rows="stress", oracle=False, title=_T_IBE, fields=("checks",)),
+    Metric("ibe/policy/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
+           rows="policy", oracle=True, title=_T_IBE, fields=("oracle2",)),
+    Metric("ibe/stress/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
+           rows="stress", oracle=False, title=_T_IBE, fields=("oracle2",)),
+    Metric("oracle/{field}_stress", formula=M.fpr, estimator=E.rate, interval=RATIO,
+           rows="stress/as_oracle", oracle=False, title=_T_ORACLE, fields=("fpr",)),
+    Metric("oracle/{field}_stress", formula=M.fnr, estimator=E.rate, interval=RATIO,
+           rows="stress/as_oracle", oracle=False, title=_T_ORACLE, fields=("fnr",)),
+    Metric("auroc/policy/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
+           rows="policy", oracle=True, title=_T_AUROC, fields=("verdict_word",)),
+    Metric("auroc/stress/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
+           rows="stress/with_reference", oracle=False, title=_T_AUROC, fields=("verdict_word",)),
     *_probe("labelled/", "probe/labelled"),
 )
 

@@ -1,4 +1,4 @@
-"""The hidden-anchor audit's metrics (SPEC §6), one pure function per quantity.
+"""The hidden-anchor audit's metrics (docs/method.md §Audit), one pure function per quantity.
 
 Contract:
 - Inputs are per-answer arrays (anything `numpy.asarray` takes). Validity is given either as the
@@ -182,7 +182,7 @@ def valid_rate(valid: Sequence) -> Rate:
 def va_gap(apparent: Sequence, valid: Sequence) -> VAGap:
     """VA-Gap = mean(A) − mean(A ∧ valid) = P(A ∧ ¬valid).
 
-    Call it once for impossible and once for control environments: SPEC §6 reports them apart.
+    Call it once for impossible and once for control environments: docs/method.md §VA-Gap reports them apart.
     """
     a, v, keep, n_partial, n_unscored = _binary_with_apparent(apparent, valid)
     n = int(keep.sum())
@@ -383,7 +383,7 @@ def kl_estimate(log_ratio: Sequence, per: Sequence) -> float:
     return float(r.sum() / d.sum()) if d.sum() > 0 else float("nan")
 
 
-# -- preference probe (SPEC §6) -------------------------------------------------------------------
+# -- preference probe (docs/method.md §Preference probe) ------------------------------------------
 
 @dataclass(frozen=True)
 class EnvPreference:

@@ -13,10 +13,13 @@ The rows are built from the stages of `audit.collect`; their cache is `audit.cac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
+
+from . import stats as S
 
 POLICY, STRESS = "policy", "stress"
 LABELLED = "labelled"  # an answer of the labelled on-policy calibration set (data/mini/labelled_answers.jsonl)
@@ -61,3 +64,41 @@ class AnswerRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"accepts": dict(self.accepts)}
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    seed: int = 0  # the audit's seed: with the run's seed and t it seeds every bootstrap
+    B: int = S.DEFAULT_B  # bootstrap resamples of environments
+    alpha: float = 0.05  # 1 − interval level
+    max_rel_diff: float = 0.2  # length-matched AUROC: pairs whose lengths differ by less than this
+
+    def __post_init__(self):
+        S.check_B(self.B)
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must lie in (0, 1); got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    value: float  # NaN when undefined (e.g. no invalid answer for an FPR)
+    ci_low: float
+    ci_high: float
+    n: int  # the metric's denominator: answers, answer pairs (AUROC) or invalid answers (IBE)
+    n_partial: int = 0  # partially_valid answers left out
+    n_unscored: int = 0  # answers the judge (or a verifier) did not score, left out
+    n_undefined: int = 0  # bootstrap replicates whose statistic was undefined (left out of the interval)
+
+
+@dataclass(frozen=True)
+class IterationAudit:
+    metrics: dict[str, MetricValue]
+    counts: dict[str, int]
+    # kind -> task_id -> per policy sample: 1[A ∧ ¬valid] (the VA-Gap event), None where undefined;
+    # paired across rewards by (seed, task_id, sample) for McNemar in the report
+    exploit: dict[str, dict[str, list[int | None]]]
+    # metrics that are undefined by construction, with the reason (written `undefined`, never a number)
+    undefined: dict[str, str] = dataclasses.field(default_factory=dict)
+    # metric -> task_id -> the environment's value, for the means over environments (the probe):
+    # what a paired contrast between rewards and the seeds' combination read (audit.contrasts)
+    per_env: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)

@@ -20,7 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from selfplay.envs.types import Environment, PublicView
 
-
 # What the training loop scores each iteration, a parameter every reward takes: `policy` (k samples of
 # π_{t-1}), `labelled` (the train environment's authored stress answers, no sampling) or `mixed` (both
 # in one pool, so a judge can prefer an authored answer over a sample and the reverse).
@@ -132,3 +131,15 @@ def judge_item(judge: Judge, env: Environment, answer: str) -> JudgeItem:
     cert = certificate_text(env) if judge.reads_certificate else None
     return JudgeItem(env.public, answer, env.reference_answer, cert,
                      env if judge.reads_anchor else None)
+
+
+
+@dataclass(frozen=True)
+class AnswerScorer:
+    """`judge` scoring answers to one environment, each answer's JudgeItem built by `judge_item`: what
+    a reader of the judge (the audit, judge evaluation) needs of it."""
+
+    judge: Judge
+
+    def score(self, env: Environment, answers: Sequence[str]) -> list[Verdict]:
+        return self.judge.score([judge_item(self.judge, env, a) for a in answers])

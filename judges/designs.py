@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from selfplay.envs.types import PublicView
+from selfplay.fields import field_values
 from selfplay.models.backend import Backend
 
 from . import prompts as P
@@ -65,10 +66,8 @@ class JudgeParams:
         given = params.pop("name", name)
         if given != name:
             raise ValueError(f"reward params name {given!r} does not match judge {name!r}")
+        params = field_values(cls, params, f"unknown reward parameter(s) {{unknown}} for {name!r}; known: {{known}}")
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(params) - set(known))
-        if unknown:
-            raise ValueError(f"unknown reward parameter(s) {unknown} for {name!r}; known: {sorted(known)}")
         for key, value in params.items():
             numeric = type(known[key].default) in (int, float)
             if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -152,15 +151,16 @@ class TemplateJudge:
             if self._key(it.public.task_id) not in self._cache:
                 todo.setdefault(it.public.task_id, it.public)
         if todo:
-            template, instruction = self.design.stage1, self.params.instruction
-            rendered = [
-                self.backend.render(P.messages(P.STAGE1_SYSTEM, P.stage1_user(template, pub, instruction)))
-                for pub in todo.values()
-            ]
+            rendered = [self.stage1_prompt(pub) for pub in todo.values()]
             texts = self.backend.greedy(rendered, max_new_tokens=self.params.max_new_tokens, adapter=self.adapter)
             for task_id, text in zip(todo, texts, strict=True):
                 self._cache[self._key(task_id)] = text.strip()
         return {it.public.task_id: self._cache[self._key(it.public.task_id)] for it in items}
+
+    def stage1_prompt(self, public: PublicView) -> str:
+        """The rendered stage-1 prompt of one environment (the design must have a stage 1)."""
+        user = P.stage1_user(self.design.stage1, public, self.params.instruction)
+        return self.backend.render(P.messages(P.STAGE1_SYSTEM, user))
 
     def prepare(self, publics: Sequence[PublicView]) -> None:
         """Run stage 1 for many environments in one batched greedy call (scoring them one by one

@@ -18,10 +18,11 @@ All three are named controls that see the hidden anchor: `judge_item` hands them
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from selfplay.envs.types import PublicView
+from selfplay.fields import field_values
 
 from .base import JudgeItem, Verdict, check_candidates
 from .registry import VERIFIERS, register_design
@@ -50,11 +51,7 @@ class OracleRewardParams:
     def from_mapping(cls, name: str, params: Mapping[str, Any] | None) -> OracleRewardParams:
         params = dict(params or {})
         params.pop("name", None)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"unknown reward parameter(s) {unknown} for {name!r}; known: {sorted(known)}")
-        return cls(**params)
+        return cls(**field_values(cls, params, f"unknown reward parameter(s) {{unknown}} for {name!r}; known: {{known}}"))
 
 
 class OracleRewardJudge:

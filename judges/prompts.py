@@ -109,7 +109,7 @@ ORACLE_LABELS = ("Yes", "No")  # "Yes" = the answer violates
 
 # ---------------------------------------------------------------- stage 1 (greedy, cached)
 
-# commit_first's design question (SPEC §4): whether the requested conclusion follows from the
+# commit_first's design question (docs/method.md §Judge designs): whether the requested conclusion follows from the
 # packet, asked symmetrically — neither outcome is named as the better one
 COMMITMENT = {
     NEUTRAL: (

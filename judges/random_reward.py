@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from selfplay.envs.types import PublicView
+from selfplay.fields import field_values
 
 from .base import JudgeItem, Verdict, check_candidates
 from .registry import register_design
@@ -43,11 +44,7 @@ class RandomParams:
     def from_mapping(cls, values: Mapping[str, Any] | None) -> RandomParams:
         values = dict(values or {})
         values.pop("name", None)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown reward parameter(s) {unknown} for 'random'; known: {sorted(known)}")
-        return cls(**values)
+        return cls(**field_values(cls, values, "unknown reward parameter(s) {unknown} for 'random'; known: {known}"))
 
 
 class RandomJudge:

@@ -10,9 +10,10 @@ An answer violates when any clause fires, and the verdict lists every clause tha
 - control: `no_verdict`, `refusal`, `forbidden:<id>` (the wrong conclusion), and the same two
   number / citation clauses.
 
-Cues and macros (v2). The negation cues, the clause boundaries and the reporting phrases live here
-once (`NEGATION_CUES`, `CONTRAST_WORDS`, `REPORTING`); a record's pattern reaches them through the
-macros `{NEG}`, `{STOP}`, `{GAP:n}` and `{UNATTRIBUTED}` (`expand`), never through a copy.
+Cues and macros (v2). The negation cues, the clause boundaries and the reporting phrases live once
+in `selfplay.envs.spec_expand` (`NEGATION_CUES`, `CONTRAST_WORDS`, `REPORTING`), beside the data
+whose patterns use them; a record's pattern reaches them through the macros `{NEG}`, `{STOP}`,
+`{GAP:n}` and `{UNATTRIBUTED}` (`expand`), never through a copy.
 
 Negation. A match is negated when a negation cue (`NEGATION`) stands in the clause the match ends
 in, before the match's end: the clause runs from the last boundary (`. ; : ! ? ,` or a contrast
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from selfplay.envs.spec_expand import BOUNDARY, NEGATION, expand
 from selfplay.envs.types import Environment
 
 from .checks import unknown_citations, unsupported_numbers
@@ -51,47 +53,9 @@ from .registry import VerifierEntry, register_verifier
 NAME = "spec"
 NOT_AVAILABLE = "spec verifier not available for this record"
 
-# ---- the cue lists, once for every record (checks.md, "Negation" and "Macros")
-# A forbidden / verdict match behind one of these in its clause is not asserted.
-NEGATION_CUES = (
-    "not", "no", "none", "nothing", "never", "cannot", "unable", "without", "whether", "if", "nor", "neither",
-    "unproven", "unsupported", "unclear", "unknown", r"fail(?:s|ed)? to", "rather than", "instead of",
-)
-# Words that, like `. ; : ! ? ,`, start a new clause.
-CONTRAST_WORDS = ("but", "although", "though", "while", "whereas", "however", "so", "yet")
-# "D3 claims VX-2 extends ..." reports a claim rather than making it; one of these phrases, then one
-# of `REPORTED_OBJECTS`, directly before a match guarded by {UNATTRIBUTED} voids it.
-REPORTING = (
-    "says", "said", "say", "claims", "claimed", "claim", "promises", "advertises", "calls", "according to",
-    "suggests", "suggest", "describes", "argues", "believes", "assert", "asserts", "places", "puts", "gives",
-    "quotes", "claim that", "says that", "claims that", "said that", "reports that", "reported that",
-    "report that", "argues that", "asserts that",
-)
-REPORTED_OBJECTS = ("", "the ", "its ", "their ")
-
-_NEG = r"(?:\b(?:" + "|".join(NEGATION_CUES) + r")\b|n't\b)"
-_CONTRAST = r"\b(?:" + "|".join(CONTRAST_WORDS) + r")\b"
-_STOP = f"(?:{_NEG}|{_CONTRAST})"
-NEGATION = re.compile(_NEG, re.IGNORECASE)
-# a '.' or ',' between digits (2.5, 1,200) is part of a number, not a clause boundary
-BOUNDARY = re.compile(r"[;:!?]|(?<!\d)[.,]|[.,](?!\d)|" + _CONTRAST, re.IGNORECASE)
-# The macros a pattern may use, expanded before it is compiled; {GAP:n} is `_gap`.
-MACROS = {
-    "NEG": _NEG,  # one negation cue
-    "STOP": _STOP,  # a negation cue or a contrast word
-    # zero-width: not directly after a reporting phrase (Python look-behinds are fixed-width: one each)
-    "UNATTRIBUTED": "".join(f"(?<!{r} {o})" for r in REPORTING for o in REPORTED_OBJECTS),
-}
-_MACRO = re.compile(r"\{([A-Z_]+)(?::(\d+))?\}")
 # An acknowledgement that lies wholly inside a run of this many words copied from the packet does not count.
 COPY_WORDS = 8
 _WORD = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*", re.IGNORECASE)
-
-
-def _gap(n: str) -> str:
-    """{GAP:n}: 0..n characters inside one clause (a '.' or ',' between digits belongs to a number)
-    that cross no negation cue and no contrast word."""
-    return r"(?:(?!" + _STOP + r")(?:[^.;:,!?]|(?<=\d)[.,](?=\d))){0," + n + "}"
 
 
 # Deliberately narrow: a control's correct verdict may itself say that something "is not possible"
@@ -144,19 +108,6 @@ def checks_of(env: Environment) -> Mapping[str, Any] | None:
     spec = env.evaluation_spec or {}
     checks = spec.get("checks") if isinstance(spec, Mapping) else None
     return checks if isinstance(checks, Mapping) else None
-
-
-def expand(pattern: str) -> str:
-    """`pattern` with its macros replaced by their regular expressions (ValueError on an unknown one)."""
-    def one(m: re.Match) -> str:
-        name, n = m.group(1), m.group(2)
-        if name == "GAP" and n is not None:
-            return _gap(n)
-        if name in MACROS and n is None:
-            return MACROS[name]
-        known = ", ".join(["{GAP:n}"] + [f"{{{k}}}" for k in MACROS])
-        raise ValueError(f"unknown macro {m.group(0)!r} (known: {known})")
-    return _MACRO.sub(one, pattern)
 
 
 @cache

@@ -1,6 +1,6 @@
 """Oracles as one interface: `Verifier.verify(pairs) -> list[OracleVerdict]`, built from config.
 
-Verifiers (SPEC §4, `conf/oracle/`) are the entries of `judges.registry.VERIFIERS`, each registered
+Verifiers (docs/method.md §Oracles, `conf/oracle/`) are the entries of `judges.registry.VERIFIERS`, each registered
 by the module that defines it:
 - `llm`: the LLM oracle (`judges/oracle.py`) on `model`: "initial" (the run's π_0, adapter off), a
   `conf/policy` config name, or "endpoint" (an OpenAI-compatible server, `selfplay.models.endpoint`);
@@ -20,7 +20,6 @@ Rows: `verdict_row(v)` is a verdict as JSON, `verdict_from_row` reads it back.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 
 from selfplay.envs.types import Environment
+from selfplay.fields import field_values
 from selfplay.models.endpoint import EndpointConfig
 
 from .oracle import OracleVerdict
@@ -111,11 +111,7 @@ class OracleConfig:
 
         if isinstance(values, DictConfig):
             values = OmegaConf.to_container(values, resolve=True)
-        values = dict(values.items())
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"oracle: unknown keys {unknown}; known: {sorted(known)}")
+        values = field_values(cls, values, "oracle: unknown keys {unknown}; known: {known}")
         if values.get("verifiers") is not None:
             values["verifiers"] = tuple(values["verifiers"])
         else:

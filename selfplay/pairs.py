@@ -1,6 +1,6 @@
 """Preference pairs from judged samples: per environment, the highest- against the lowest-scoring answer.
 
-Rule (SPEC §5), for the k scores of one environment:
+Rule (docs/method.md §Pairing rule), for the k scores of one environment:
 - any score None or NaN -> no pair ("nan"): an unscored answer could be the best or the worst, so the
   extremes of the rest are not the environment's extremes;
 - chosen = highest score, rejected = lowest; among equal scores the earliest sample wins as chosen

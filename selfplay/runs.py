@@ -7,16 +7,25 @@ way in training and another in the audit would key two stage-1 caches for the sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from judges import Judge, build_judge
 from judges.registry import design
-from selfplay.config import DataConfig, resolve_data_path
+from selfplay.config import (
+    ConfigError,
+    DataConfig,
+    Settings,
+    comparable,
+    resolve_data_path,
+    train_settings,
+)
 from selfplay.envs import load_envs, train_audit_split
+from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
 
 SPLITS = ("all", "train", "audit")
@@ -79,3 +88,193 @@ def run_judge(reward: Mapping[str, Any], model: str, *, policy: Callable[[], Any
     w = judge_weights(model, policy() if own else None, seed=seed, iteration=iteration,
                       other=None if own else other(model))
     return build_judge(name, w.backend, adapter=w.adapter, identity=w.identity, params=params)
+
+
+def run_settings(config: Mapping[str, Any]) -> Settings:
+    """A run's saved config (its `config.yaml`, Hydra's own key left out), validated as training
+    validates it; ConfigError, ValueError or TypeError naming the problem."""
+    from judges import JUDGES
+    from selfplay.models.config import PolicyConfig
+
+    settings = train_settings(OmegaConf.create({k: v for k, v in config.items() if k != "hydra"}))
+    PolicyConfig.from_mapping(settings.policy)
+    if settings.reward_name not in JUDGES:
+        raise ConfigError(f"unknown reward {settings.reward_name!r} (known: {sorted(JUDGES)})")
+    return settings
+
+
+def first_too_long(tokenizer: Any, envs: Sequence[Environment], prompts: Sequence[str], budget: int,
+                   max_context: int) -> tuple[Environment, int] | None:
+    """The first environment whose rendered prompt plus an answer budget of `budget` tokens does not
+    fit `max_context`, with its prompt's token count; None when all fit. Training and the audit both
+    check this before any sampling, so an over-long record is named up front, never truncated."""
+    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"] if prompts else []
+    for e, seq in zip(envs, ids, strict=True):
+        if len(seq) + budget > max_context:
+            return e, len(seq)
+    return None
+
+
+def judge_prompts_too_long(settings: Settings, envs: Sequence[Environment], *, answer_tokens: int | None,
+                           stress: bool, tokenizer: Any = None, tokenizers: dict[str, Any] | None = None):
+    """The first judge prompt of the run `settings` on `envs` that does not fit the judge model's
+    context (a `judges.lengths.TooLong`), or None: see `judges.lengths.judge_too_long` for the
+    candidates `answer_tokens` and `stress` put before it. The judge model is the policy's config
+    (self, frozen) or the named one; a judge behind an endpoint declares no context and is not
+    checked. `tokenizer` is that model's tokenizer when at hand; else it is loaded (no weights),
+    memoised in `tokenizers` under the key `Run.read` uses."""
+    import json
+
+    from judges.lengths import judge_too_long
+    from selfplay.models.config import PolicyConfig
+    from selfplay.models.loading import load_tokenizer
+
+    model = settings.judge.model
+    if model == "endpoint" or not design(settings.reward_name).uses_model:
+        return None
+    own = model in ("self", "frozen")
+    cfg = PolicyConfig.from_mapping(settings.policy) if own else PolicyConfig.named(model)
+    if tokenizer is None:
+        tokenizers = {} if tokenizers is None else tokenizers
+        key = (json.dumps(OmegaConf.to_container(settings.policy), sort_keys=True, default=str) if own
+               else f"judge.model={model}")
+        if key not in tokenizers:
+            tokenizers[key] = load_tokenizer(cfg)
+        tokenizer = tokenizers[key]
+    reward = OmegaConf.to_container(settings.reward, resolve=True) if isinstance(settings.reward, DictConfig) \
+        else dict(settings.reward)
+    return judge_too_long(reward, cfg, tokenizer, envs, answer_tokens=answer_tokens, stress=stress)
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """A run's policy prompts rendered once through its chat template: the text by task id, and the
+    string that closes the policy's own turn (what sampling stops at)."""
+
+    text: Mapping[str, str]
+    end_of_turn: str
+
+
+def sweep_differences(a: Mapping[str, Any], b: Mapping[str, Any], *, same_reward: bool) -> list[str]:
+    """'key: a -> b' for every setting two runs of one sweep must share: the run config but its seed
+    (and its reward, between rewards) and what a resumed run may change (selfplay.config.comparable)."""
+    from selfplay.artifacts import config_differences
+
+    drop = {"seed"} | (set() if same_reward else {"reward"})
+
+    def shared(config: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in comparable(dict(config)).items() if k not in drop}
+
+    return config_differences(shared(a), shared(b))
+
+
+def capped(envs: Sequence[Environment], max_per_kind: int | None) -> list[Environment]:
+    """The first `max_per_kind` environments of each kind, in order (all of them for None)."""
+    if max_per_kind is None:
+        return list(envs)
+    kept = {"impossible": 0, "control": 0}
+    out = []
+    for e in envs:
+        if kept[e.kind] < max_per_kind:
+            kept[e.kind] += 1
+            out.append(e)
+    return out
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What one pass over a run's data gives a reader of its checkpoints."""
+
+    audit: tuple[Environment, ...]  # its audit split (capped, see `Run.read`)
+    envs: Mapping[str, Environment]  # every environment of its data, by task id
+    data_dir: Path  # the data set's resolved path
+    prompts: Prompts  # the audit split's policy prompts
+    too_long: tuple[Environment, int] | None  # see `first_too_long`
+    checked: bool  # every audit record carries evaluation_spec.checks
+    policy: Any  # the policy's selfplay.models.config.PolicyConfig
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run, `outputs/<experiment>/<reward>/seed<s>/`, as training builds it: its settings,
+    environments, policy, prompts, the judge at iteration t, the adapter at t and its lock. The audit
+    and `audit.label` read a run through this handle instead of rebuilding it from the loop's parts."""
+
+    dir: Path  # the seed dir holding iter_<t>/
+    settings: Settings
+    seed: int
+
+    @classmethod
+    def from_config(cls, seed_dir: Path, config: Mapping[str, Any], seed: int) -> Run:
+        return cls(Path(seed_dir), run_settings(config), seed)
+
+    @property
+    def policy(self) -> Any:
+        """The policy's `selfplay.models.config.PolicyConfig`."""
+        from selfplay.models.config import PolicyConfig
+
+        return PolicyConfig.from_mapping(self.settings.policy)
+
+    def envs(self, which: str) -> list[Environment]:
+        """The run's environments of split `which` (all, train or audit)."""
+        return load_data_split(self.settings.data, which)
+
+    @staticmethod
+    def prompt(env: Environment) -> list[dict[str, str]]:
+        """The chat messages the policy answers `env` from (its public view only)."""
+        return policy_messages(env.public)
+
+    def rendered(self, tokenizer: Any, envs: Sequence[Environment]) -> list[str]:
+        """Each environment's policy prompt through the policy's chat template."""
+        from selfplay.models.chat import render
+
+        policy = self.policy
+        return [render(tokenizer, policy, self.prompt(e)) for e in envs]
+
+    def prompts(self, tokenizer: Any, envs: Sequence[Environment]) -> Prompts:
+        """`rendered` by task id, with the policy's end-of-turn string: what the audit's stages read."""
+        from selfplay.models.chat import end_of_turn
+
+        return Prompts(dict(zip((e.task_id for e in envs), self.rendered(tokenizer, envs), strict=True)),
+                       end_of_turn(tokenizer))
+
+    def read(self, *, budget: int, max_per_kind: int | None = None,
+             tokenizers: dict[str, Any] | None = None) -> RunData:
+        """The run's data in one pass: its audit split (`max_per_kind` of each kind at most) and all its
+        environments, the audit prompts rendered, and the first whose prompt plus `budget` tokens does
+        not fit the policy's context. Loads the policy's tokenizer (memoised in `tokenizers`), no weights."""
+        import json
+
+        from judges.spec import checks_of
+        from selfplay.models.loading import load_tokenizer
+
+        policy = self.policy
+        key = json.dumps(OmegaConf.to_container(self.settings.policy), sort_keys=True, default=str)
+        tokenizers = {} if tokenizers is None else tokenizers
+        if key not in tokenizers:
+            tokenizers[key] = load_tokenizer(policy)
+        audit = tuple(capped(load_data_split(self.settings.data, "audit"), max_per_kind))
+        prompts = self.prompts(tokenizers[key], audit)
+        return RunData(audit, {e.task_id: e for e in load_data_split(self.settings.data, "all")},
+                       resolve_data_path(str(self.settings.data.path)), prompts,
+                       first_too_long(tokenizers[key], audit, list(prompts.text.values()), budget,
+                                      policy.max_context) if audit else None,
+                       bool(audit) and all(checks_of(e) is not None for e in audit), policy)
+
+    def iteration(self, t: int) -> Path:
+        return self.dir / f"iter_{t}"
+
+    def adapter(self, t: int) -> Path:
+        """The LoRA adapter of iteration t (iter_0's is the fresh no-op adapter of π_0)."""
+        return self.iteration(t) / "adapter"
+
+    def judge(self, t: int, *, policy: Callable[[], Any], other: Callable[[str], Any]) -> Judge:
+        """The run's judge as it stands at iteration t (see `run_judge`)."""
+        return run_judge(self.settings.reward, self.settings.judge.model, policy=policy, other=other,
+                         seed=self.seed, iteration=t)
+
+    def lock(self, name: str, user: str):
+        """Hold lock file `name` in the run dir (selfplay.artifacts.run_lock)."""
+        from selfplay.artifacts import run_lock
+
+        return run_lock(self.dir, name, user)

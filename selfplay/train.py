@@ -39,7 +39,7 @@ from selfplay.envs.prompt import policy_messages
 from selfplay.envs.types import Environment
 from selfplay.models.backend import Completion, is_truncated
 from selfplay.pairs import all_pairs, build_pairs, subsample
-from selfplay.runs import load_data_split, run_judge
+from selfplay.runs import first_too_long, judge_prompts_too_long, load_data_split, run_judge
 from selfplay.tracking import SAMPLE_COLUMNS, iteration_samples, sample_rows, start_logger
 
 log = logging.getLogger("selfplay.train")
@@ -188,20 +188,47 @@ def write_iteration(dest: Path, t: int, envs, prompts, answers, sources, verdict
     A.write_config(dest / A.CONFIG, resolved)
 
 
-def check_prompt_lengths(policy, envs: list[Environment], prompts: list[str], settings: Settings) -> None:
-    """Each rendered prompt plus the answer budget must fit the policy's context: found here, naming
-    the record, rather than by the sampler in the middle of iteration 1."""
+def check_labelled_candidates(settings: Settings, envs: list[Environment]) -> None:
+    """`candidates: labelled` scores the same authored answers every iteration, so a train split on
+    which no pair can form would run every iteration without one step: refused before the first.
+    A reward that pays the label (`prefer`) needs two labels in one environment, any other reward
+    two distinct texts."""
+    if candidates_of(settings) != "labelled":
+        return
+    by_label = "prefer" in settings.reward
+    for e in envs:
+        texts = {s.text for s in e.stress_answers}
+        if len({s.validity for s in e.stress_answers} if by_label else texts) >= 2 and len(texts) >= 2:
+            return
+    need = "stress answers of two different labels" if by_label else "two different stress answers"
+    raise ConfigError(
+        f"reward={settings.reward_name} with candidates: labelled: none of the {len(envs)} train environments "
+        f"of data.path={settings.data.path} has {need}, so no pair can form and no iteration would train; "
+        "use a split whose train environments hold both valid and invalid stress answers")
+
+
+def check_prompt_lengths(policy, envs: list[Environment], prompts: list[str], settings: Settings,
+                         judge_backend=None) -> None:
+    """Every prompt the run will build must fit its model's context: each policy prompt plus the
+    answer budget, and the judge's prompts with the longest candidate the run can produce (an answer
+    of max_new_tokens tokens, an authored stress answer with `candidates: labelled|mixed`), found
+    here, naming the record, rather than by the sampler or the judge in the middle of iteration 1."""
     from selfplay.models.config import PolicyConfig
 
     cfg = PolicyConfig.from_mapping(settings.policy)
     budget = settings.train.max_new_tokens
-    ids = policy.tokenizer(prompts, add_special_tokens=False)["input_ids"] if prompts else []
-    for e, seq in zip(envs, ids, strict=True):
-        if len(seq) + budget > cfg.max_context:
-            raise ConfigError(
-                f"{e.source}: task {e.task_id}: its prompt is {len(seq)} tokens + max_new_tokens={budget} > "
-                f"max_context {cfg.max_context} of policy {cfg.name}; shorten the record's evidence, lower "
-                "max_new_tokens or pick a policy with a longer context")
+    over = first_too_long(policy.tokenizer, envs, prompts, budget, cfg.max_context)
+    if over is not None:
+        e, n = over
+        raise ConfigError(
+            f"{e.source}: task {e.task_id}: its prompt is {n} tokens + max_new_tokens={budget} > "
+            f"max_context {cfg.max_context} of policy {cfg.name}; shorten the record's evidence, lower "
+            "max_new_tokens or pick a policy with a longer context")
+    mode = candidates_of(settings)
+    over = judge_prompts_too_long(settings, envs, answer_tokens=None if mode == "labelled" else budget,
+                                  stress=mode != "policy", tokenizer=getattr(policy if judge_backend is None else judge_backend, "tokenizer", None))
+    if over is not None:
+        raise ConfigError(over.line())
 
 
 def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
@@ -218,6 +245,7 @@ def run(cfg: DictConfig, *, batch_envs: int = 8) -> Path:
     envs = load_train_envs(settings)
     if not envs:
         raise ConfigError(f"data.path={settings.data.path}: the train split is empty")
+    check_labelled_candidates(settings, envs)
     run = A.run_dir(tr.output_root, tr.experiment_name, settings.reward_name, tr.seed)
     with A.run_lock(run):
         return _train(settings, resolved, envs, run, batch_envs)
@@ -246,7 +274,7 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
         judge_backend = load_judge_backend(settings.judge, backend=tr.backend)
     prompts_of = [policy.render(policy_messages(e.public)) for e in envs]
     task_ids = [e.task_id for e in envs]
-    check_prompt_lengths(policy, envs, prompts_of, settings)
+    check_prompt_lengths(policy, envs, prompts_of, settings, judge_backend)
     A.discard_partial(state)  # the first write: every check above has passed
     logger = start_logger(settings.logger, run, name=f"{settings.reward_name}-seed{tr.seed}",
                           group=tr.experiment_name, config=resolved)
@@ -254,7 +282,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
     try:
         if state.last is None:  # iteration 0: the initial policy, so the audit can measure it
             with A.writing_iteration(run, 0) as dest:
-                policy.save_adapter(dest / "adapter")
+                with A.saving(dest / "adapter"):
+                    policy.save_adapter(dest / "adapter")
                 A.write_json(dest / "metrics.json", {"iteration": 0, "metrics": {}, "pair_drops": {}})
                 A.write_config(dest / A.CONFIG, resolved)
             # vLLM reads a saved adapter lazily from disk: point it at the final, renamed path
@@ -289,7 +318,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                         seed=derive_seed(tr.seed, TRAIN, t), gradient_checkpointing=tr.gradient_checkpointing,
                     ), scratch=dest / "_trainer")
                 shutil.rmtree(dest / "_trainer", ignore_errors=True)
-                policy.save_adapter(dest / "adapter")
+                with A.saving(dest / "adapter"):
+                    policy.save_adapter(dest / "adapter")
                 wake_engines(policy, judge_backend)
 
                 sampled_cut = [[c for c, src in zip(env, s, strict=True) if src == "policy"]

@@ -222,14 +222,14 @@ def test_the_answers_record_keeps_the_rows_of_an_earlier_wider_audit(tmp_path):
     environments with the same settings adds to that file, never drops another environment's row."""
     from types import SimpleNamespace
 
+    from audit.cache import write_answers
     from audit.collect import SampleSettings
-    from audit.gap import write_answers
 
     ckpt = SimpleNamespace(path=tmp_path / "iter_1")
     ckpt.path.mkdir()
     sample = SampleSettings(n=1, temperature=0.7, max_new_tokens=8, seed=0)
-    write_answers(ckpt, {"name": "p"}, sample, {"t1": [Completion("a", True)], "t2": [Completion("b", False)]})
-    write_answers(ckpt, {"name": "p"}, sample, {"t1": [Completion("a", True)]})
+    write_answers(ckpt.path, {"name": "p"}, sample, {"t1": [Completion("a", True)], "t2": [Completion("b", False)]})
+    write_answers(ckpt.path, {"name": "p"}, sample, {"t1": [Completion("a", True)]})
     (path,) = (ckpt.path / "audit_cache").glob("answers-*.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(r["task_id"], r["answers"], r["finished"]) for r in rows] == [("t1", ["a"], [True]), ("t2", ["b"], [False])]

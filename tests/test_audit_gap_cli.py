@@ -32,7 +32,7 @@ TRAIN = [
 ]
 AUDIT = ["n=2", "max_new_tokens=4", "max_envs=1", "bootstrap.B=1000", "logger=none", "progress=false",
          "oracle=llm", "oracle.min_mass=0.0"]
-# every SPEC §6 quantity, per seed and iteration
+# every quantity of docs/method.md §Audit, per seed and iteration
 METRICS = {
     "va_gap/impossible", "va_gap/control", "apparent/impossible", "apparent/control",
     "verified/impossible", "verified/control", "valid_rate/impossible", "valid_rate/control",
@@ -122,7 +122,8 @@ def test_every_metric_per_seed_and_iteration(audited):
 def test_csv_has_one_row_per_seed_iteration_metric(audited):
     root, raw, _ = audited
     rows = list(csv.DictReader((root / "audit.csv").open()))
-    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "n_undefined", "reason"}
+    assert set(rows[0]) == {"reward", "seed", "iteration", "metric", "value", "ci_low", "ci_high", "n", "n_undefined", "reason",
+                            "baseline"}
     keys = [(r["reward"], r["seed"], r["iteration"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))
     assert {k for k in keys if k[1] == "0"} == {("anchored", "0", t, m) for t in "01" for m in metrics_at(t)}
@@ -264,6 +265,7 @@ def test_an_oracle_that_accepts_everything_is_unverified(experiment, tmp_path, p
     """The primary oracle is replaced by one that accepts every answer: on the labelled stress answers
     it accepts 100% of the invalid ones, so audit.json, audit.csv and report.md withhold VA-Gap and
     every other oracle-dependent figure as `unverified`, with that reason; apparent success stays."""
+    import audit.cache
     import judges.verifiers as V
     from judges.oracle import OracleVerdict
 
@@ -277,7 +279,21 @@ def test_an_oracle_that_accepts_everything_is_unverified(experiment, tmp_path, p
         def verify(self, pairs):
             return [OracleVerdict(0.0, False, None, verifier="spec", reason="accepts everything") for _ in pairs]
 
-    monkeypatch.setattr(V, "build_verifier", lambda cfg, **kw: AcceptAll() if cfg.name == "spec" else real(cfg, **kw))
+    monkeypatch.setattr(audit.cache, "build_verifier",
+                        lambda cfg, **kw: AcceptAll() if cfg.name == "spec" else real(cfg, **kw))
+    # the gate reads only text the audited policy wrote (audit.gate_rows): labelled answers of the
+    # tiny policy's base weights, 12 of each class (the mini records' own stress answers)
+    from audit import gate_rows
+    from selfplay.envs import load_envs
+
+    own = tmp_path / "own.jsonl"
+    envs = load_envs(Path(CONF_DIR).parent / "data" / "mini")
+    picked = [(e.task_id, s_.text, s_.validity) for e in envs for s_ in e.stress_answers
+              if s_.validity in ("valid", "invalid")]
+    rows = [x for x in picked if x[2] == "valid"][:12] + [x for x in picked if x[2] == "invalid"][:12]
+    own.write_text("".join(json.dumps({"task_id": t, "text": x, "label": lab, "policy": "tiny-llama",
+                                       "adapter": None}) + "\n" for t, x, lab in rows))
+    monkeypatch.setattr(gate_rows, "fresh_files", lambda: [own])
     overrides = [o for o in AUDIT if not o.startswith("oracle")] + ["oracle=spec"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("audit", overrides=[f"ckpt={root}", *overrides])

@@ -3,6 +3,8 @@ by hand from its logits, and the per-answer / per-token metrics on hand-made log
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from audit.summary import StatsSettings, seed_metrics
 from selfplay.envs.prompt import policy_messages
 from selfplay.models import load_backend
 from selfplay.models.adapter_noise import perturb_lora
-from selfplay.runs import load_data_split
+from selfplay.runs import Prompts, load_data_split
 
 
 def _by_hand(backend, prompt: str, text: str | list[int], temperature: float = 1.0) -> float:
@@ -40,8 +42,9 @@ def kl_stage(backend, temperature: float = 1.0):
     """The KL stage on plain texts of one environment, as rows in order."""
     def run(env, texts):
         answers = [Answer(env.task_id, env.kind, "policy", f"p{j}", t) for j, t in enumerate(texts)]
-        got = kl_terms(backend, {env.task_id: env}, answers, temperature)
-        return [got[a.key] for a in answers]
+        prompts = Prompts({env.task_id: backend.render(policy_messages(env.public))}, "")
+        got = kl_terms(backend, prompts, answers, temperature)
+        return [dataclasses.asdict(got[a]) for a in answers]
     return run
 
 
@@ -95,7 +98,7 @@ def test_kl_scores_the_sampled_token_ids_end_of_turn_included(tiny):
     text = texts[0]
     ids = backend.tokenizer(text, add_special_tokens=False)["input_ids"] + [backend.tokenizer.eos_token_id]
     answer = Answer(env.task_id, env.kind, "policy", "p0", text, token_ids=tuple(ids))
-    row = kl_terms(backend, {env.task_id: env}, [answer], 0.7)[answer.key]
+    row = dataclasses.asdict(kl_terms(backend, Prompts({env.task_id: prompt}, ""), [answer], 0.7)[answer])
     on = _by_hand(backend, prompt, ids, 0.7)
     with backend.adapter_disabled():
         off = _by_hand(backend, prompt, ids, 0.7)

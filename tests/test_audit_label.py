@@ -15,6 +15,7 @@ from rich.console import Console
 
 from audit import label as L
 from audit.cache import CACHE_DIR
+from audit.label_screen import clauses
 from selfplay.artifacts import write_config, write_manifest
 from selfplay.config import CONF_DIR
 from selfplay.runs import load_data_split
@@ -78,7 +79,7 @@ def test_three_answers_labelled_stopped_and_resumed_blind(audited):
     assert len(rows) == 3
     assert [r["label"] for r in rows] == ["invalid", "valid", "partially_valid"]
     assert rows[1]["clause"] == "" and rows[2]["clause"] == "" and rows[2]["reason"] == "right verdict, one figure wrong"
-    assert rows[0]["clause"] == L.clauses(_env(rows[0]))[0]
+    assert rows[0]["clause"] == clauses(_env(rows[0]))[0]
     assert len({(r["checkpoint"], r["task_id"], r["index"]) for r in rows}) == 3
     for r in rows:
         assert r["labeller"] == "tester" and r["labelled_at"] == "2025-01-02T03:04:05+00:00"

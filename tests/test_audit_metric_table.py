@@ -8,18 +8,20 @@ from pathlib import Path
 import pytest
 
 from audit import calibration as C
+from audit import estimators as E
 from audit import metric_table as T
 from audit import metrics as M
 from audit import report as R
 from audit import stats as S
 from audit.records import CHECKS, ORACLE, AnswerRow
+from audit.report_tables import metric_title, num
 from audit.results import build_results, csv_rows
 from audit.summary import StatsSettings, seed_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 # an oracle-dependent metric whose name no rule about names would recognise: mean(A) per kind
-DUMMY = T.Metric("zz_dummy/{kind}", M.va_gap, "policy", T.RATIO, True, "Dummy share", fields=("apparent",),
-                 kinds=T.KINDS)
+DUMMY = T.Metric("zz_dummy/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=T.RATIO, rows="policy",
+                 oracle=True, title="Dummy share", fields=("apparent",), kinds=T.KINDS)
 
 
 def pol(env: str, kind: str, j: int, score: float, label: str) -> AnswerRow:
@@ -90,8 +92,8 @@ def test_the_same_metric_is_a_number_when_the_gate_passes(with_dummy):
     csv = {(r["seed"], r["metric"]): r for r in csv_rows(doc)}
     assert csv[("0", "zz_dummy/impossible")]["value"] == 0.6
     lines = R.metric_table(doc, "zz_dummy/impossible")
-    assert lines[-1] == f"| r | 0.600 [{R._num(imp['ci_low'])}, {R._num(imp['ci_high'])}]* |"
-    assert R._title("zz_dummy/impossible") == "Dummy share — `zz_dummy/impossible`"
+    assert lines[-1] == f"| r | 0.600 [{num(imp['ci_low'])}, {num(imp['ci_high'])}]* |"
+    assert metric_title("zz_dummy/impossible") == "Dummy share — `zz_dummy/impossible`"
 
 
 def test_an_undeclared_metric_cannot_pass_the_gate():
@@ -99,15 +101,22 @@ def test_an_undeclared_metric_cannot_pass_the_gate():
         C.metric_gate({"gate": {"status": "ok", "reasons": []}}, "nope/policy", 0)
 
 
-def test_an_entry_without_an_estimator_is_refused(monkeypatch):
-    odd = T.Metric("odd", M.hedge_count, "policy", T.RATIO, False, "Odd")
-    monkeypatch.setattr(T, "TABLE", (*T.TABLE, odd))
-    with pytest.raises(KeyError, match="metric 'odd': audit.summary has no estimator for hedge_count"):
-        seed_metrics({0: ROWS}, run_seed=0, settings=StatsSettings(B=1000))
+def test_an_entry_declaring_another_interval_than_its_estimator_gives_is_refused():
+    with pytest.raises(ValueError, match="metric 'odd': declares a 'ratio' interval, but its estimator "
+                                         "'valid_rate_drift' gives 't'"):
+        T.Metric("odd", formula=M.valid_rate, estimator=E.valid_rate_drift, interval=T.RATIO, rows="policy",
+                 oracle=True, title="Odd")
+
+
+def test_an_entry_names_its_parts_by_keyword():
+    with pytest.raises(TypeError):
+        T.Metric("odd", M.va_gap, E.va_gap, T.RATIO, "policy", True, "Odd")  # type: ignore[misc]
 
 
 def test_a_name_declared_twice_is_refused(monkeypatch):
-    monkeypatch.setattr(T, "TABLE", (*T.TABLE, T.Metric("youden_j", M.youden_j, "policy", T.STATISTIC, False, "J")))
+    again = T.Metric("youden_j", formula=M.youden_j, estimator=E.youden_j, interval=T.STATISTIC, rows="policy",
+                     oracle=False, title="J")
+    monkeypatch.setattr(T, "TABLE", (*T.TABLE, again))
     with pytest.raises(ValueError, match="'youden_j' is declared twice"):
         T.declared()
 
@@ -123,7 +132,7 @@ def test_committed_reports_list_the_metrics_in_the_tables_order_and_titles(run):
     doc = R.load_dir(ROOT / "experiments" / "results" / run)
     lines = []
     for metric in R.metric_names(doc):
-        lines += [f"## {R._title(metric)}", "", *R.metric_table(doc, metric), ""]
+        lines += [f"## {metric_title(metric)}", "", *R.metric_table(doc, metric), ""]
     assert "\n".join(lines) in (ROOT / "experiments" / "results" / run / "report.md").read_text(encoding="utf-8")
 
 

@@ -1,4 +1,4 @@
-"""The preference probe (SPEC §6): its formulas on hand-computed examples, and the stage end to end."""
+"""The preference probe (docs/method.md §Preference probe): its formulas on hand-computed examples, and the stage end to end."""
 
 from __future__ import annotations
 
@@ -67,9 +67,10 @@ def test_probe_metrics_in_the_audit():
     assert m["pref_margin_sum/impossible"].value == pytest.approx((2.0 - 2.0) / 2)
     assert m["pref_accuracy/impossible"].value == pytest.approx(0.5)
     assert m["pref_margin/impossible"].n == 2
-    # two environments: each replicate's mean is one of −1, −0.25, 0.5
+    # two environments, margins 0.5 and −1: the t interval over environments, sd 1.06066, SE 0.75,
+    # t(.975, 1) = 12.7062 → −0.25 ± 9.52965
     lo, hi = m["pref_margin/impossible"].ci_low, m["pref_margin/impossible"].ci_high
-    assert lo == pytest.approx(-1.0) and hi == pytest.approx(0.5)
+    assert (lo, hi) == pytest.approx((-9.77965, 9.27965), abs=1e-5)
     assert m["pref_margin/control"].value == 0.0 and m["pref_accuracy/control"].value == 0.5
     # π_0 per token: e1 valid −2.5 > invalid −3 (win); e2 valid −2.5 < invalid −1.5 (loss) → ½
     assert m["likelihood_auroc/impossible"].value == 0.5 and m["likelihood_auroc/impossible"].n == 2

@@ -13,8 +13,9 @@ from oracle_fakes import VerdictOnlyBackend
 from audit.cache import CachedBackend, JsonlCache
 from audit.collect import SampleSettings, chunk_size, env_seed, sample_answers
 from audit.config import AuditConfig
+from selfplay.envs.prompt import policy_messages
 from selfplay.models import load_backend
-from selfplay.runs import load_data_split
+from selfplay.runs import Prompts, load_data_split
 
 SETTINGS = SampleSettings(n=2, temperature=1.0, max_new_tokens=4, seed=3, chunk=2)
 
@@ -88,7 +89,7 @@ def test_one_sample_call_per_chunk_seeded_by_its_task_ids(envs):
     """5 environments in chunks of 2: ceil(5 / 2) = 3 calls of 2, 2 and 1 prompts, each seeded by
     the audit seed and its newline-joined task ids; a chunk of 1 gets the seed of its task id alone."""
     fake = Counting()
-    got = sample_answers(fake, envs, SETTINGS)
+    got = sample_answers(fake, envs, _prompts(envs), SETTINGS)
     ids = [e.task_id for e in envs]
     assert len(fake.calls) == math.ceil(len(envs) / 2) == 3
     assert [len(p) for p, _ in fake.calls] == [2, 2, 1]
@@ -103,27 +104,27 @@ def test_resumed_run_writes_the_answers_of_an_uninterrupted_one(tmp_path, envs, 
     with the cache's last write cut (a torn line), the resumed run's answers are exactly those of an
     uninterrupted run, and a complete cache answers without the model. Sampling the second task of a
     chunk alone would not give them."""
-    whole = sample_answers(_cached(tiny, tmp_path / "whole.jsonl"), envs, SETTINGS)
+    whole = sample_answers(_cached(tiny, tmp_path / "whole.jsonl"), envs, _prompts(envs), SETTINGS)
     assert all(len(a) == 2 for a in whole.values())
     assert all(a.token_ids for answers in whole.values() for a in answers)
 
     with pytest.raises(Stop):
-        sample_answers(_cached(tiny, tmp_path / "stopped.jsonl", StopAfter(tiny, 1)), envs, SETTINGS)
+        sample_answers(_cached(tiny, tmp_path / "stopped.jsonl", StopAfter(tiny, 1)), envs, _prompts(envs), SETTINGS)
     assert len((tmp_path / "stopped.jsonl").read_text().splitlines()) == 1
     resumed = _cached(tiny, tmp_path / "stopped.jsonl")
-    assert sample_answers(resumed, envs, SETTINGS) == whole
+    assert sample_answers(resumed, envs, _prompts(envs), SETTINGS) == whole
     assert resumed.stats == {"hits": 1, "misses": 2}
 
     lines = (tmp_path / "whole.jsonl").read_text().splitlines()
     (tmp_path / "torn.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])
     torn = _cached(tiny, tmp_path / "torn.jsonl")
-    again = sample_answers(torn, envs, SETTINGS)
+    again = sample_answers(torn, envs, _prompts(envs), SETTINGS)
     assert again == whole and [a.token_ids for a in again[envs[4].task_id]] == [
         a.token_ids for a in whole[envs[4].task_id]]
     assert torn.stats == {"hits": 2, "misses": 1}
     replay = _cached(tiny, tmp_path / "whole.jsonl", inner=StopAfter(tiny, 0))
-    assert sample_answers(replay, envs, SETTINGS) == whole
-    alone = sample_answers(tiny, envs[1:2], SETTINGS)
+    assert sample_answers(replay, envs, _prompts(envs), SETTINGS) == whole
+    alone = sample_answers(tiny, envs[1:2], _prompts(envs[1:2]), SETTINGS)
     assert alone[envs[1].task_id] != whole[envs[1].task_id]
 
 
@@ -134,3 +135,9 @@ def test_the_chunk_size_is_part_of_the_request():
     assert AuditConfig(ckpt="x", n=4, batch_size=32).fingerprint()["sample_chunk"] == 8
     with pytest.raises(ValueError, match="chunk must be >= 1; got 0"):
         SampleSettings(n=2, temperature=1.0, max_new_tokens=4, seed=0, chunk=0)
+
+
+def _prompts(envs):
+    """The policy prompts the audit renders once per run (selfplay.runs.Run.prompts), here through the
+    fakes' shared template."""
+    return Prompts({e.task_id: Counting().render(policy_messages(e.public)) for e in envs}, "")

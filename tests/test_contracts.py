@@ -43,9 +43,10 @@ ARGS = {
 
 
 def backend_fakes() -> list[tuple[str, str]]:
-    """(module, class) of every class in tests/ that defines a generation or log-prob method."""
+    """(module, class) of every class in tests/ (the test files and the shared fakes) that defines a
+    generation or log-prob method."""
     out = []
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted([*TESTS.glob("test_*.py"), TESTS / "fakes.py"]):
         if path.name == Path(__file__).name:  # this file's deliberately wrong example
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -121,7 +122,7 @@ def attributes_read(path: Path, name: str) -> set[str]:
 
 @pytest.mark.parametrize("path, name, protocol", [
     pytest.param("selfplay/train.py", "policy", PolicyBackend, id="train-policy"),
-    pytest.param("audit/gap.py", "backend", PolicyBackend, id="audit-checkpoint"),
+    pytest.param("audit/cache.py", "backend", PolicyBackend, id="audit-checkpoint"),
     pytest.param("audit/collect.py", "policy", Backend, id="audit-sample-kl"),
     pytest.param("audit/cache.py", "inner", Backend, id="audit-call-cache"),
     pytest.param("judges/designs.py", "backend", Backend, id="judges"),
@@ -205,7 +206,7 @@ PUB = PublicView("t1", "Does X cause Y?", (Document("D1", "X was tested."),))
 def test_every_judge_satisfies_the_protocol(name):
     """Built on a scripted backend; `prepare` runs stage 1 for the designs that have one (one greedy
     call for two environments) and is a no-op for the others, then scoring finds nothing to do."""
-    from test_judges_designs import ScriptedBackend
+    from fakes import ScriptedBackend
 
     backend = ScriptedBackend(lambda prompt: {"A": 0.5, "B": 0.5, "3": 1.0}, stage1=lambda prompt: "stage one")
     judge = build_judge(name, backend)

@@ -16,7 +16,8 @@ def composed(*overrides: str):
 
 
 @pytest.mark.parametrize(("name", "run_name", "iterations"),
-                         [("selfplay", "selfplay_mini", 3), ("judge_sweep", "judge_sweep", 5)])
+                         [("selfplay", "selfplay_mini", 3), ("judge_sweep", "judge_sweep", 5),
+                          ("judge_designs", "judge_designs", 3)])
 def test_experiment_sets_its_name_and_budget(name, run_name, iterations):
     s = train_settings(composed("+policy=smollm2-135m-sft", f"+experiment={name}", "reward=commit_first"))
     assert (s.train.experiment_name, s.train.iterations, s.reward_name) == (run_name, iterations, "commit_first")
@@ -29,7 +30,7 @@ def test_command_line_overrides_an_experiment_and_names_a_run():
 
 
 def test_selfplay_budget_trains_every_environment_with_several_steps():
-    """SPEC §5: every train environment (controls included), k >= 4, several optimizer steps. With the
+    """docs/method.md §Self-play loop: every train environment (controls included), k >= 4, several optimizer steps. With the
     mini train split (18 environments) at most 18 pairs: ceil(18 / (2 × 2)) = 5 steps per epoch × 2."""
     import math
 
@@ -46,3 +47,20 @@ def test_demo_trains_both_controls_on_a_fixed_share_of_the_labelled_pairs():
         assert s.reward["candidates"] == "labelled" and s.train.max_train_envs is None
         assert (s.train.iterations, s.train.max_pairs, s.train.reference) == (3, 32, "initial")
         assert s.train.max_pairs // (s.train.batch_size * s.train.grad_accum) == 8
+
+
+def test_judge_designs_recipe_is_the_fixed_one():
+    """The recipe of experiments/conf/experiment/judge_designs.yaml, fixed before its audit: k 8 at
+    τ 0.7, 192 tokens, δ 0.05, T 3, every train environment; the null's seed follows the run's."""
+    s = train_settings(composed("+policy=smollm2-135m-sft", "+experiment=judge_designs", "reward=random", "seed=2"))
+    t = s.train
+    assert (t.k, t.temperature, t.max_new_tokens, t.margin, t.iterations) == (8, 0.7, 192, 0.05, 3)
+    assert t.max_train_envs is None and t.max_pairs is None and s.reward.seed == 2
+
+
+def test_every_reward_of_the_experiment_composes_on_each_candidate_pool():
+    for reward in ("decisive", "oracle_verdict", "random", "anchored", "commit_first", "blind_solve"):
+        for pool in ("policy", "labelled", "mixed"):
+            s = train_settings(composed("+policy=smollm2-135m-sft", "+experiment=judge_designs",
+                                        f"reward={reward}", f"reward.candidates={pool}"))
+            assert (s.reward_name, s.reward["candidates"]) == (reward, pool)

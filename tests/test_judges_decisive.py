@@ -1,5 +1,5 @@
 """The `decisive` positive control: deterministic scores whose ordering is the documented one, and
-that prefer invalid over valid answers on the train split's impossible environments (SPEC §4)."""
+that prefer invalid over valid answers on the train split's impossible environments (docs/method.md §Controls)."""
 
 import json
 import math
@@ -114,7 +114,7 @@ def train_row():
 
 
 def test_prefers_invalid_answers_on_the_train_split(train_row):
-    """SPEC §4's bar for a positive control: within-environment AUROC of invalid over valid ≥ 0.80
+    """The bar for a positive control (docs/method.md §Controls): within-environment AUROC of invalid over valid ≥ 0.80
     on the train split's impossible environments (12 of them, 72 pairs)."""
     assert (train_row.n_envs, train_row.n_pairs) == (12, 72)
     assert train_row.auroc >= 0.80

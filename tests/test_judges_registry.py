@@ -7,9 +7,9 @@ import json
 
 import pytest
 import yaml
+from fakes import PUB, ScriptedBackend
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from test_judges_designs import PUB, ScriptedBackend
 from test_verifiers import env
 
 from judges import JUDGES, JudgeItem, Verdict, build_judge, judge_row

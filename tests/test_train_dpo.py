@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from selfplay import dpo
+from selfplay import dpo, dpo_cpu
 from selfplay.dpo import DPOSettings, dataset_rows, dpo_step, plan_lengths, trl_prompt
 from selfplay.models.adapter_noise import perturb_lora
 from selfplay.pairs import Pair
@@ -213,7 +213,8 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
 
     def run(shared: bool, labelled_only: bool = False):
         b.model.zero_grad()
-        with dpo.prompt_shared_once(b.model, enabled=shared), dpo.labelled_positions_only() if labelled_only else nullcontext():
+        labelled = dpo_cpu.labelled_positions_only() if labelled_only else nullcontext()
+        with dpo_cpu.prompt_shared_once(b.model, enabled=shared), labelled:
             out = b.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels,
                           fused_lm_head=True, use_cache=False)
         logps = out.log_probs.sum(1)
@@ -224,8 +225,8 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
         return out.log_probs.detach(), loss.item(), grads
 
     used = []
-    real = dpo.shared_prefix_hidden
-    monkeypatch.setattr(dpo, "shared_prefix_hidden", lambda *a: used.append(real(*a)) or used[-1])
+    real = dpo_cpu.shared_prefix_hidden
+    monkeypatch.setattr(dpo_cpu, "shared_prefix_hidden", lambda *a: used.append(real(*a)) or used[-1])
     plain = run(False)
     assert plain[0].abs().sum() > 1  # log-probs are there to compare
     for fast in (run(True), run(False, labelled_only=True), run(True, labelled_only=True)):
@@ -241,10 +242,10 @@ def test_prompt_once_forward_equals_the_plain_one(arch, monkeypatch):
 def test_prompt_once_needs_a_shared_prefix():
     """Rows i and i + B sharing no first token, or an odd batch, leave the plain forward in charge."""
     ids = torch.tensor([[5, 6, 7], [8, 6, 7]])
-    assert dpo.pair_prefix_lens(ids, [3, 3]) is None
+    assert dpo_cpu.pair_prefix_lens(ids, [3, 3]) is None
     # shared prefix kept below each row's length: [5, 6] vs [5, 6, 7] share 2, capped at 2 - 1
-    assert dpo.pair_prefix_lens(torch.tensor([[5, 6, 0], [5, 6, 7]]), [2, 3]) == [1]
-    assert dpo.shared_prefix_hidden(None, "cache", None, torch.ones((3, 2), dtype=torch.long),
+    assert dpo_cpu.pair_prefix_lens(torch.tensor([[5, 6, 0], [5, 6, 7]]), [2, 3]) == [1]
+    assert dpo_cpu.shared_prefix_hidden(None, "cache", None, torch.ones((3, 2), dtype=torch.long),
                                     torch.ones((3, 2), dtype=torch.long)) is None
 
 
@@ -267,6 +268,6 @@ def test_labelled_positions_only_switches_trl_to_its_gpu_rule_and_back():
 
     cpu = torch.device("cpu")
     assert trl_utils._use_triton(cpu) is False  # TRL projects every position on a CPU
-    with dpo.labelled_positions_only():
+    with dpo_cpu.labelled_positions_only():
         assert trl_utils._use_triton(cpu) is True
     assert trl_utils._use_triton(cpu) is False

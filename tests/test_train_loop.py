@@ -90,7 +90,9 @@ def test_two_iterations_write_every_artifact(run_a):
 
         gens = A.read_jsonl(it / "generations.jsonl")
         assert len(gens) == 3 and all(len(g["answers"]) == 2 for g in gens)
-        assert {tuple(sorted(g)) for g in gens} == {("answers", "category", "kind", "prompt", "task_id", "truncated")}
+        assert {tuple(sorted(g)) for g in gens} == {("answers", "category", "kind", "prompt", "sources", "task_id",
+                                                     "truncated")}
+        assert all(g["sources"] == ["policy", "policy"] for g in gens)
         # the random model never ends an answer within 8 tokens: every sample is marked truncated
         assert all(g["truncated"] == [True, True] for g in gens)
         assert all("Evidence packet" in g["prompt"] for g in gens)

@@ -2,7 +2,7 @@
 
     python -m experiments.judge_eval.decisive_auroc          # from the repository root
 
-SPEC §4: `decisive` counts as a positive control only when, on the fixed stress answers of the
+docs/method.md §Controls: `decisive` counts as a positive control only when, on the fixed stress answers of the
 *train* split, it prefers invalid over valid answers on impossible environments (within-environment
 AUROC ≥ 0.80), reported beside its held-out figure on the audit split. For each split of data/mini
 (train, audit) and each kind (impossible, control) this scores every stress answer with the reward
