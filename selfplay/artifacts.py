@@ -261,8 +261,10 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def config_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """'key: stored -> current' for every setting that must match on resume."""
     a, b = _flatten(comparable(dict(stored))), _flatten(comparable(dict(current)))
+    # a setting added to the code after a run was written reads as absent there; at null it changes
+    # nothing the run did (e.g. judge.endpoint), so it does not block resuming or auditing the run
     return [f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}" for k in sorted(a.keys() | b.keys())
-            if a.get(k) != b.get(k)]
+            if a.get(k) != b.get(k) and not (k not in a and b.get(k) is None)]
 
 
 def check_resumable(run: Path, state: RunState, resolved: Mapping[str, Any]) -> None:

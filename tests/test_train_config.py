@@ -266,3 +266,14 @@ def test_launcher_configs_target_the_submitit_plugin():
         conf = yaml.safe_load((CONF_DIR / "hydra" / "launcher" / f"{name}.yaml").read_text())
         assert conf["_target_"] == f"hydra_plugins.hydra_submitit_launcher.submitit_launcher.{cls}"
         assert conf["gpus_per_node"] == 1
+
+
+def test_a_setting_added_later_at_null_does_not_block_resume():
+    """A run written before `judge.endpoint` existed stores no such key; the same run today reads it as
+    null, which changes nothing the run did. Any other value, or a stored key now gone, still differs."""
+    from selfplay.artifacts import config_differences
+
+    stored = {"judge": {"model": "self"}, "k": 8}
+    assert config_differences(stored, {"judge": {"model": "self", "endpoint": None}, "k": 8}) == []
+    assert config_differences(stored, {"judge": {"model": "self", "endpoint": {"base_url": "x"}}, "k": 8}) != []
+    assert config_differences({**stored, "old": 1}, {"judge": {"model": "self"}, "k": 8}) != []
