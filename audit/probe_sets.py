@@ -1,5 +1,5 @@
 """A second held-out probe set: the preference probe on the labelled stress answers of another
-environment set (docs/method.md §Preference probe).
+environment set (docs/method.md §Second probe set).
 
     python -m audit.gap ckpt=outputs/selfplay probe_data=../shared/impossible_rubrics probe_data_name=release
 
