@@ -37,7 +37,6 @@ from test_models_endpoint import Server, completion
 from test_models_endpoint import env as endpoint_env
 
 import audit.cache as audit_cache
-import audit.collect as collect
 import audit.exploit as exploit
 import audit.gap as gap
 import audit.report as report
@@ -330,7 +329,7 @@ def audit_interrupted(tmp, trained):
         raise KeyboardInterrupt
     return Case("audit", [f"ckpt={run}", *AUDIT], [f"interrupted (Ctrl-C) while auditing {run / 'iter_0'}",
                                                    "rerun the same command to resume"],
-                patch=lambda mp: mp.setattr(collect, "judge_item", stop), status=130, new_ok="audit_cache")
+                patch=lambda mp: mp.setattr(gap, "judge_scores", stop), status=130, new_ok="audit_cache")
 
 
 def c_unwritable_model_cache(entry: str) -> Callable:

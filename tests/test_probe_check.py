@@ -17,6 +17,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import audit.gap as gap
+import selfplay.runs as runs
 import selfplay.train as train
 from selfplay.config import CONF_DIR
 
@@ -27,7 +28,9 @@ TRAIN = [
     "learning_rate=5e-3", "epochs=2", "batch_size=4", "reference=initial",
     "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]",
 ]
-AUDIT = ["n=0", "max_envs=2", "bootstrap.B=1000", "logger=none", "progress=false", "labelled=false"]
+# four audit environments of each kind: the probe's interval is a t interval over environments, whose
+# 1 degree of freedom at two would make any detection impossible at 95%
+AUDIT = ["n=0", "max_envs=4", "bootstrap.B=1000", "logger=none", "progress=false", "labelled=false"]
 
 
 def toy(envs):
@@ -49,9 +52,10 @@ def toy(envs):
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict[str, dict]:
     mp = pytest.MonkeyPatch()
-    real_train, real_audit = train.load_train_envs, gap.audit_envs
+    real_train, real_split = train.load_train_envs, runs.load_data_split
     mp.setattr(train, "load_train_envs", lambda settings: toy(real_train(settings)))
-    mp.setattr(gap, "audit_envs", lambda settings, max_envs: tuple(toy(real_audit(settings, max_envs))))
+    # the audit reads a run's environments through its run handle (selfplay.runs)
+    mp.setattr(runs, "load_data_split", lambda data, which: toy(real_split(data, which)))
     root = tmp_path_factory.mktemp("probe")
     try:
         # decisive on the labelled answers: the no-model positive control's own preferences over
