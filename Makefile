@@ -132,7 +132,7 @@ experiment-train: install warm-start
 	$(JD_TRAIN) reward=oracle_verdict seed=0,1
 	$(JD_TRAIN) reward=anchored,commit_first,blind_solve seed=0
 	$(JD_TRAIN) reward=anchored,commit_first,blind_solve seed=1
-	$(JD_TRAIN) experiment_name=judge_designs_labelled reward.candidates=labelled reward=anchored,commit_first,blind_solve
+	$(JD_TRAIN) experiment_name=judge_designs_labelled reward.candidates=labelled max_pairs=32 reward=anchored,commit_first,blind_solve
 
 experiment: experiment-train
 	$(PY) -m audit.gap ckpt=$(EXPERIMENT) $(JD_AUDIT)
