@@ -124,7 +124,7 @@ EXPERIMENT := outputs/judge_designs
 LABELLED   := outputs/judge_designs_labelled
 RELEASE    ?= ../shared/impossible_rubrics
 JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
-JD_AUDIT   := n=1 batch_size=32 probe_labelled=false $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE))
+JD_AUDIT   := n=1 batch_size=32 probe_labelled=false $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE) probe_data_name=release)
 experiment-train: install warm-start
 	$(JD_TRAIN) reward=decisive,random seed=0
 	$(JD_TRAIN) reward=decisive,random seed=1
