@@ -12,6 +12,9 @@ marker the loop writes last. `find_checkpoints(path)` accepts any level of that 
 - a reward dir (`seed<s>/` inside) or an experiment dir (`<reward>/seed<s>/` inside): every seed of
   every reward.
 
+`iterations` keeps, in each seed dir, t = 0 and the iterations it names (-1: the run's last complete
+one): a long sweep audited at its end points costs two checkpoints a run, not T + 1.
+
 A run whose `iter_0` is not complete is refused (`check_baseline`), never audited from iter_1 on:
 every drift would lack its reference.
 
@@ -25,7 +28,7 @@ met later as PEFT's `HFValidationError` (a missing local path reads to it as a h
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -98,7 +101,7 @@ _LAYOUT = ("expected an iteration dir iter_<t>/ (with config.yaml and DONE), a s
            "holding iter_<t>/ dirs, or a reward or experiment dir above them")
 
 
-def find_checkpoints(path: str | Path) -> Discovery:
+def find_checkpoints(path: str | Path, iterations: Sequence[int] | None = None) -> Discovery:
     """Every checkpoint under `path` (see the module docstring), validated; raises CheckpointError."""
     root = Path(path).expanduser()
     if not root.exists():
@@ -127,11 +130,18 @@ def find_checkpoints(path: str | Path) -> Discovery:
                 skipped.append(d)
         if mine:
             check_baseline(seed_dir, path)
-        found += mine
+        found += mine if iterations is None else _chosen(mine, iterations)
     if not found:
         raise CheckpointError(f"ckpt={path}: no complete iteration (none has a {DONE} marker); "
                               f"incomplete: {', '.join(str(s) for s in skipped)}")
     return Discovery(root, tuple(sorted(found, key=_order)), tuple(skipped))
+
+
+def _chosen(ckpts: list[Checkpoint], iterations: Sequence[int]) -> list[Checkpoint]:
+    """t = 0 and the iterations named (-1: the last complete one) of one run's checkpoints."""
+    last = max(c.iteration for c in ckpts)
+    wanted = {0} | {last if t == -1 else t for t in iterations}
+    return [c for c in ckpts if c.iteration in wanted]
 
 
 def check_baseline(seed_dir: Path, given: str | Path) -> None:

@@ -42,6 +42,8 @@ class AuditConfig:
     max_new_tokens: int | None = None  # null: the run's own answer budget
     seed: int = 0  # seeds sampling (per environment) and every bootstrap
     max_envs: int | None = None  # audit only the first N audit environments (quick checks)
+    # audit only t = 0 and these iterations of each run (-1: its last complete one); null: every one
+    iterations: list[int] | None = None
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     length_match: float = 0.2  # length-matched AUROC: relative length difference below this
     # the primary oracle: the `oracle` group (conf/oracle/: llm | checks | spec | any, fields in
@@ -84,6 +86,8 @@ class AuditConfig:
         _require(self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens",
                  self.max_new_tokens, "null or an integer >= 1")
         _require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        _require(self.iterations is None or (len(self.iterations) > 0 and all(t >= -1 for t in self.iterations)),
+                 "iterations", self.iterations, "null or a non-empty list of iterations >= 0 (-1: the last)")
         _require(self.max_envs is None or self.max_envs >= 1, "max_envs", self.max_envs, "null or >= 1")
         _require(self.bootstrap.B >= MIN_B, "bootstrap.B", self.bootstrap.B,
                  f"an integer >= {MIN_B} ({DEFAULT_B} by default): fewer resamples give unstable interval ends")
@@ -105,6 +109,8 @@ class AuditConfig:
         d = asdict(self)
         for k in ("ckpt", "progress", "logger", "batch_size", "device"):
             d.pop(k)
+        if self.iterations is None:  # every iteration: as audits written before the key existed read
+            d.pop("iterations")
         # how many environments share a generate call shapes the answers (audit.collect.chunk_size)
         d["sample_chunk"] = chunk_size(self.batch_size, self.n)
         return d

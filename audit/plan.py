@@ -93,7 +93,7 @@ def labelled_of(data: str, data_dir: Path, envs: dict[str, Environment],
 def plan(cfg: AuditConfig) -> Plan:
     """Find the checkpoints, then read each run in one pass (`selfplay.runs.Run.read`), then check
     what was read: nothing is computed or written before every run passes."""
-    discovery = find_checkpoints(cfg.ckpt)
+    discovery = find_checkpoints(cfg.ckpt, cfg.iterations)
     runs = {c.path: open_run(c) for c in discovery.checkpoints}
     first = {(c.reward, c.seed): c for c in reversed(discovery.checkpoints)}
     sample = {key: sample_settings(cfg, runs[c.path].settings) for key, c in first.items()}

@@ -168,6 +168,22 @@ def test_discovery_at_every_level(tmp_path):
     assert one.root == (exp / "rubric" / "seed1" / "iter_1").resolve()
 
 
+def test_discovery_keeps_t0_and_the_iterations_named(tmp_path):
+    """`iterations=[-1]` audits each run's t = 0 and its own last complete iteration, whatever T each
+    run reached; named iterations a run lacks are simply absent."""
+    exp = tmp_path / "exp"
+    for t in range(4):
+        make_iter(exp / "decisive" / "seed0", t, reward="decisive")
+    for t in range(3):
+        make_iter(exp / "decisive" / "seed1", t, reward="decisive")
+    make_iter(exp / "decisive" / "seed1", 3, done=False)  # still training: not the last complete one
+    got = lambda its: [(c.seed, c.iteration) for c in find_checkpoints(exp, its).checkpoints]  # noqa: E731
+    assert got([-1]) == [(0, 0), (0, 3), (1, 0), (1, 2)]
+    assert got([1, -1]) == [(0, 0), (0, 1), (0, 3), (1, 0), (1, 1), (1, 2)]
+    assert got([3]) == [(0, 0), (0, 3), (1, 0)]
+    assert got(None) == [(0, t) for t in range(4)] + [(1, t) for t in range(3)]
+
+
 @pytest.mark.parametrize("setup, message", [
     pytest.param(lambda d: (d / "f.txt").write_text("x") and d / "f.txt", "not a directory", id="file"),
     pytest.param(lambda d: make_iter(d / "seed0", 1, seed=5), "config says seed=5", id="seed-mismatch"),

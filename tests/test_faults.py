@@ -475,6 +475,7 @@ CASES = [
     pytest.param(c_audit_setting(["oracle=nosuch"], "oracle=nosuch: no such oracle config", "spec"),
                  id="audit-group-value"),
     pytest.param(c_audit_setting(["nn=1"], "nn: no such key", "max_envs"), id="audit-key-typo"),
+    pytest.param(c_audit_setting(["iterations=[-2]"], "iterations=[-2]", "-1: the last"), id="audit-iterations"),
     # audit.gap: what is known in advance is checked before anything is written
     pytest.param(c_run(lambda r: ((r / "iter_0" / "DONE").unlink(), str(r / "iter_0"))[1], "no baseline (t = 0",
                        "has no DONE marker", "rm -r", audit="seed"), id="audit-baseline-done-deleted"),
