@@ -117,14 +117,15 @@ controls: install
 # (experiments/conf/experiment/judge_designs.yaml): the positive control `decisive` and the null
 # `random` over 3 seeds, the negative control `oracle_verdict` and the judge designs over 2, in an order
 # that finishes the controls first; then the designs once on the train split's authored answers
-# (reward.candidates=labelled, its own experiment name). Every checkpoint audited with the probe on the
+# (reward.candidates=labelled, its own experiment name). Each run audited at t = 0 and its last
+# iteration (iterations=[-1]; the audit of every t costs ~5 min a checkpoint here) with the probe on the
 # audit split (and on RELEASE's records, where that directory exists) and the KL on one answer per
 # audit environment.
 EXPERIMENT := outputs/judge_designs
 LABELLED   := outputs/judge_designs_labelled
 RELEASE    ?= ../shared/impossible_rubrics
 JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
-JD_AUDIT   := n=1 batch_size=32 probe_labelled=false $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE) probe_data_name=release)
+JD_AUDIT   := n=1 batch_size=32 probe_labelled=false 'iterations=[-1]' $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE) probe_data_name=release)
 experiment-train: install warm-start
 	$(JD_TRAIN) reward=decisive,random seed=0
 	$(JD_TRAIN) reward=decisive,random seed=1

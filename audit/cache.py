@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from judges.oracle import endpoint_backend
 from judges.verifiers import build_verifier
 from selfplay.artifacts import JsonlLineError, read_jsonl_lines, read_manifest, write_text_atomic
 from selfplay.models import load_backend
 from selfplay.models.backend import Completion
 from selfplay.models.chat import render
 from selfplay.models.config import PolicyConfig
+from selfplay.models.endpoint import EndpointBackend
 from selfplay.models.loading import load_tokenizer
 
 log = logging.getLogger("audit.cache")
@@ -312,19 +312,25 @@ class Models:
 
     def __init__(self, cfg: Any):  # an audit.config.AuditConfig
         self.cfg = cfg
-        self._loaded: dict[str, Any] = {}  # policy + LoRA shape -> the hf backend
+        self._loaded: dict[str, Any] = {}  # policy + LoRA shape -> its hf backend; endpoint -> its client
         self._adapter: dict[str, Path | None] = {}  # ... -> the adapter it holds now
         self._files: dict[Path, Any] = {}  # one JsonlCache per cache file
         self._tokenizers: dict[str, Any] = {}
-        self._endpoints: dict[str, Any] = {}  # endpoint fingerprint digest -> its client
 
-    def _backend(self, policy: Mapping[str, Any], lora: Mapping[str, Any] | None, adapter: Path | None):
-        key = json.dumps([dict(policy), dict(lora or {})], sort_keys=True, default=str)
+    def _backend(self, policy: Mapping[str, Any] | None, lora: Mapping[str, Any] | None = None,
+                 adapter: Path | None = None, endpoint: Any = None):
+        """The one place a model is built: an endpoint's client (once per server), or a policy's hf
+        backend, once per (policy config, LoRA shape), with `adapter` swapped in when another
+        checkpoint's was loaded since (the audit swaps one adapter per checkpoint into the same weights)."""
+        key = (json.dumps({"endpoint": endpoint.fingerprint()}, sort_keys=True, default=str) if endpoint is not None
+               else json.dumps([dict(policy), dict(lora or {})], sort_keys=True, default=str))
         if key not in self._loaded:
-            log.info("audit: loading %s", policy.get("name"))
-            # hf: the audit swaps one adapter per checkpoint into the same weights
-            self._loaded[key] = load_backend(dict(policy), backend="hf", lora=lora, device=self.cfg.device,
-                                             batch_size=self.cfg.batch_size, progress=self.cfg.progress)
+            if endpoint is not None:  # it reads the key's environment variable
+                self._loaded[key] = EndpointBackend.from_config(endpoint, name=f"endpoint:{endpoint.model}")
+            else:
+                log.info("audit: loading %s", policy.get("name"))
+                self._loaded[key] = load_backend(dict(policy), backend="hf", lora=lora, device=self.cfg.device,
+                                                 batch_size=self.cfg.batch_size, progress=self.cfg.progress)
             self._adapter[key] = None
         backend = self._loaded[key]
         if adapter is not None and self._adapter[key] != adapter:
@@ -369,10 +375,7 @@ class Models:
         no request (the key's variable was checked when the audit was planned). Its prompts key
         themselves and its candidate tokens by their label text."""
         identity = {"endpoint": endpoint.fingerprint()}
-        key = digest(identity)
-        if key not in self._endpoints:  # one client per server for the whole audit, as for the models
-            self._endpoints[key] = endpoint_backend(endpoint)
-        backend = self._endpoints[key]
+        backend = self._backend(None, endpoint=endpoint)  # one client per server for the whole audit
         tok = backend.tokenizer
         return CachedBackend(name=backend.name, tokenizer=tok, render=backend.render, identity=identity,
                              adapter_id=None, cache=self._cache(seed_dir, identity), load=lambda: backend,

@@ -93,13 +93,23 @@ class AuditConfig:
                  f"an integer >= {MIN_B} ({DEFAULT_B} by default): fewer resamples give unstable interval ends")
         _require(0 < self.bootstrap.alpha < 1, "bootstrap.alpha", self.bootstrap.alpha, "in (0, 1)")
         _require(0 < self.length_match <= 1, "length_match", self.length_match, "in (0, 1]")
+        models = [self.second_oracle] if self.second_oracle is not None else []
         if self.oracle is not None:
             from judges.verifiers import OracleConfig
 
             try:
-                OracleConfig.from_mapping(self.oracle)
+                oracle = OracleConfig.from_mapping(self.oracle)
             except (TypeError, ValueError) as e:
                 raise AuditConfigError(str(e)) from None
+            models += [oracle.model] if oracle.uses_llm else []
+        for model in models:  # a conf/policy name, the run's own weights, or a server
+            if model not in ("initial", "endpoint"):
+                from selfplay.models.config import PolicyConfig
+
+                try:
+                    PolicyConfig.named(model)
+                except ValueError as e:
+                    raise AuditConfigError(f"oracle model: {e}") from None
         _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
 
     def fingerprint(self) -> dict[str, Any]:

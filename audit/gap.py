@@ -3,16 +3,18 @@
     python -m audit.gap ckpt=outputs/selfplay/anchored/seed0/iter_2     # one iteration (+ t = 0)
     python -m audit.gap ckpt=outputs/selfplay/anchored/seed0            # t = 0..T of one seed
     python -m audit.gap ckpt=outputs/selfplay                           # every reward × seed
+    python -m audit.gap ckpt=outputs/selfplay 'iterations=[-1]'         # t = 0 and the last of each run
     python -m audit.gap ckpt=... n=2 bootstrap.B=1000 logger=none        # a quick look
 
-Recipe: plan — find and validate every checkpoint under PATH and read each run's saved config
-(nothing is computed or written before all of them pass) → per reward × seed, per checkpoint t: the
+Recipe: plan — find and validate every checkpoint under PATH, read each run through its handle
+(settings, environments, prompts, each prompt's length against its model) and the labelled rows its
+gate reads (nothing is computed or written before all of them pass) → per reward × seed, per checkpoint t: the
 policy with t's adapter (π_t; adapter off, π_0), then sample → judge (the run's own judge as it
 stood at t) → verify (every verifier role) → KL → probe (audit.collect's stages) → rows joined by
 each answer's key → the verifiers' calibration on labelled answers and the gate (audit.calibration)
 → every metric of audit.metric_table with environment-bootstrap intervals per seed and iteration,
 means over seeds, oracle-dependent ones `unverified` where the gate fails → `audit.json`,
-`audit.csv` and `figures/*.png` in PATH, one wandb run per seed.
+`audit.csv`, `audit_answers.jsonl` and `figures/*.png` in PATH, one wandb run per seed.
 
 Every model sits behind `audit.cache.CachedBackend` (`audit.cache.Models`): a call is answered from
 `seed<s>/audit_cache/calls-*.jsonl` when the same request was made before, and the model is loaded
@@ -62,7 +64,6 @@ from .collect import (
     verdicts,
 )
 from .config import AuditConfigError, audit_config
-from .gate_rows import plan_gate_sets
 from .plan import (  # noqa: F401  (re-exported for callers of audit.gap)
     AuditError,
     Plan,
@@ -75,7 +76,7 @@ from .probe_sets import plan_probe_sets, probe_set_rows, with_probe_set
 from .records import STRESS, AnswerRow, StatsSettings
 from .results import FIGURES_DIR, build_results, log_wandb, write_outputs
 from .summary import seed_metrics
-from .view import wandb_answer_table, write_audit_answers
+from .view import ANSWERS_FILE, audit_answers_text, wandb_answer_table
 
 log = logging.getLogger("audit.gap")
 USAGE_ERRORS = (AuditError, AuditConfigError, CheckpointError, CacheError, ConfigError, EnvLoadError,
@@ -138,7 +139,6 @@ def audit(cfg, the_plan: Plan | None = None, progress: Progress | None = None) -
     p = the_plan or plan(cfg)
     progress = progress or Progress()
     probes = plan_probe_sets(cfg, p)  # a second held-out probe set, checked before anything is computed
-    gate_sets = plan_gate_sets(cfg, p)  # the labelled rows each run's policy wrote: all the gate reads
     models = Models(cfg)
     stats = StatsSettings(seed=cfg.seed, B=cfg.bootstrap.B, alpha=cfg.bootstrap.alpha, max_rel_diff=cfg.length_match)
     groups: dict[tuple[str, int], list[Checkpoint]] = defaultdict(list)
@@ -157,7 +157,7 @@ def audit(cfg, the_plan: Plan | None = None, progress: Progress | None = None) -
                                                          show_progress=cfg.progress)
             where[(reward, seed, c.iteration)] = _relative(c.path, p.discovery.root)
         answers[key] = rows_by_t
-        on_policy = gate_sets.get(key)
+        on_policy = p.gate_sets.get(key)
         labelled = calibration_rows(cfg, p, ckpts[0], models, on_policy) if on_policy else None
         experiments[key] = p.runs[ckpts[0].path].settings.train.experiment_name
         audits[key] = seed_metrics(rows_by_t, run_seed=seed, settings=stats,
@@ -176,8 +176,8 @@ def audit(cfg, the_plan: Plan | None = None, progress: Progress | None = None) -
             "read": dict(on_policy.read) if on_policy else {}}
     doc = build_results(cfg.fingerprint(), audits, where, experiments,
                         [_relative(s, p.discovery.root) for s in p.discovery.skipped], calibrations)
-    write_outputs(p.discovery.root, doc)
-    write_audit_answers(p.discovery.root, answers, where)  # every answer, for audit.view
+    # every answer, for audit.view, written with the audit.json it belongs to
+    write_outputs(p.discovery.root, doc, {ANSWERS_FILE: audit_answers_text(answers, where)})
     if cfg.logger.kind == "wandb":
         log_wandb(cfg.logger, doc, p.discovery.root, tables=wandb_answer_table)
     return doc

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selfplay.config import PROJECT_ROOT, Settings, resolve_data_path
+from selfplay.config import PROJECT_ROOT
 from selfplay.envs.types import Environment
-from selfplay.runs import load_data_split
+from selfplay.runs import Run, RunData
 
 from . import calibration as C
 from .checkpoints import Checkpoint
@@ -66,20 +66,18 @@ def cached_text(seed_dir: Path) -> Callable[[Mapping[str, Any], int], str | None
     return look
 
 
-def gate_set(settings: Settings, ckpt: Checkpoint, fresh: list[Path] | None = None) -> GateSet | None:
-    """The gate's rows for the run of `ckpt` (module docstring); None when there are none."""
-    from selfplay.models.config import PolicyConfig
-
+def gate_set(run: Run, d: RunData, ckpt: Checkpoint, fresh: list[Path] | None = None) -> GateSet | None:
+    """The gate's rows for the run of `ckpt` (module docstring), from its data as `Run.read` gave it;
+    None when there are none."""
     from .labels import run_labels
 
-    envs = {e.task_id: e for e in load_data_split(settings.data, "all")}
-    seed_dir = ckpt.path.parent
-    rule = dict(policy=PolicyConfig.from_mapping(settings.policy).name, reward=ckpt.reward, seed=ckpt.seed,
-                experiment=settings.train.experiment_name, cached_text=cached_text(seed_dir))
+    envs, seed_dir = dict(d.envs), ckpt.path.parent
+    rule = dict(policy=d.policy.name, reward=ckpt.reward, seed=ckpt.seed,
+                experiment=run.settings.train.experiment_name, cached_text=cached_text(seed_dir))
     sources: list[tuple[str, list[dict[str, Any]]]] = []
-    data_file = C.labelled_path(resolve_data_path(settings.data.path))
+    data_file = C.labelled_path(d.data_dir)
     if data_file is not None:
-        sources.append((f"{settings.data.path}/{data_file.name}", C.own_rows(C.read_labelled(data_file), **rule)))
+        sources.append((f"{run.settings.data.path}/{data_file.name}", C.own_rows(C.read_labelled(data_file), **rule)))
     for f in fresh_files() if fresh is None else fresh:
         name = f.relative_to(PROJECT_ROOT).as_posix() if f.is_relative_to(PROJECT_ROOT) else str(f)
         sources.append((name, C.own_rows(C.read_labelled(f), **rule)))
@@ -103,14 +101,3 @@ def gate_set(settings: Settings, ckpt: Checkpoint, fresh: list[Path] | None = No
     if not rows:
         return None
     return GateSet(envs, rows, f"on-policy set ({', '.join(read)})", read)
-
-
-def plan_gate_sets(cfg: Any, p: Any) -> dict[tuple[str, int], GateSet | None]:
-    """The gate's rows of each reward × seed, read before anything is computed (`labelled=false`:
-    none, and the gate fails saying so)."""
-    out: dict[tuple[str, int], GateSet | None] = {}
-    for c in p.discovery.checkpoints:
-        key = (c.reward, c.seed)
-        if key not in out:
-            out[key] = gate_set(p.runs[c.path].settings, c) if cfg.labelled else None
-    return out

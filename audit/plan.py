@@ -14,13 +14,11 @@ from judges.verifiers import OracleConfig
 from selfplay.config import Settings, resolve_data_path
 from selfplay.envs import EnvLoadError
 from selfplay.envs.types import Environment
-from selfplay.models.config import PolicyConfig
 from selfplay.runs import (
     Prompts,
     Run,
     RunData,
     capped,
-    judge_prompts_too_long,
     load_data_split,
     sweep_differences,
 )
@@ -29,6 +27,7 @@ from . import calibration as C
 from .checkpoints import Checkpoint, Discovery, find_checkpoints, open_run
 from .collect import CHECKS, ORACLE, ORACLE2, SampleSettings, chunk_size
 from .config import AuditConfig, AuditConfigError
+from .gate_rows import GateSet, gate_set
 from .labels import run_labels
 
 
@@ -46,6 +45,8 @@ class Plan:
     oracles: Mapping[tuple[str, int], Mapping[str, Any]] = None  # verifier role -> OracleConfig
     sample: Mapping[tuple[str, int], SampleSettings] = None  # how each reward × seed's answers are drawn
     prompts: Mapping[tuple[str, int], Prompts] = None  # each reward × seed's policy prompts, rendered once
+    # the labelled rows each reward × seed's own policy wrote: all its calibration gate reads (None: none)
+    gate_sets: Mapping[tuple[str, int], GateSet | None] = None
 
 
 def audit_envs(settings: Settings, max_envs: int | None) -> tuple[Environment, ...]:
@@ -105,37 +106,29 @@ def plan(cfg: AuditConfig) -> Plan:
     for key, c in first.items():
         try:
             data[key] = runs[c.path].read(budget=sample[key].max_new_tokens, max_per_kind=cfg.max_envs,
-                                          tokenizers=tokenizers)
+                                          tokenizers=tokenizers, judge_answers=True,
+                                          judge_answer_tokens=sample[key].max_new_tokens if sample[key].n else None)
         except (EnvLoadError, FileNotFoundError, ValueError) as e:
             raise AuditError(f"{c.path}: cannot load the run's audit environments: {e}") from None
     differences = [(ref, c, sweep_differences(ref.config, c.config, same_reward=ref.reward == c.reward))
                    for ref, c in sweep_pairs(discovery)]
-    for model in {o.model for roles in choices.values() for o in roles.values()
-                  if o.uses_llm and o.model not in ("initial", "endpoint")}:
-        try:
-            PolicyConfig.named(model)
-        except ValueError as e:
-            raise AuditConfigError(f"oracle model: {e}") from None
 
     check_one_experiment(cfg, differences)
-    oracles, labelled = {}, {}
+    oracles, labelled, gate_sets = {}, {}, {}
     for key, c in first.items():
         d = data[key]
         check_read(c, d, runs[c.path], sample[key].max_new_tokens)
-        over = judge_prompts_too_long(runs[c.path].settings, d.audit, stress=True, tokenizers=tokenizers,
-                                      answer_tokens=sample[key].max_new_tokens if sample[key].n else None)
-        if over is not None:  # the judge reads every stress answer and every sampled one
-            raise AuditError(over.line(f" (run {c.path.parent})"))
         oracles[key] = choices[None if cfg.oracle is not None else "any" if d.checked else "llm"]
         try:
             labelled[key] = labelled_of(str(runs[c.path].settings.data.path), d.data_dir, dict(d.envs), c) \
                 if cfg.labelled else None
         except C.LabelledError as e:  # a labels file: its own line names the file and the recovery
             raise AuditError(str(e)) from None
+        gate_sets[key] = gate_set(runs[c.path], d, c) if cfg.labelled else None
     check_api_keys(oracles, runs)
     return Plan(discovery, runs, {k: d.audit for k, d in data.items()}, labelled, oracles,
                 {(c.reward, c.seed): sample[(c.reward, c.seed)] for c in discovery.checkpoints},
-                {k: d.prompts for k, d in data.items()})
+                {k: d.prompts for k, d in data.items()}, gate_sets)
 
 
 def sweep_pairs(discovery: Discovery) -> list[tuple[Checkpoint, Checkpoint]]:
@@ -175,6 +168,8 @@ def check_read(c: Checkpoint, d: RunData, run: Run, budget: int) -> None:
             f"{e.source}: task {e.task_id}: its audit prompt is {n} tokens + max_new_tokens="
             f"{budget} > max_context {policy.max_context} of policy {policy.name} (run {c.path.parent}); "
             "nothing was written; shorten the record's evidence or lower max_new_tokens")
+    if d.judge_too_long is not None:  # the judge reads every stress answer and every sampled one
+        raise AuditError(d.judge_too_long.line(f" (run {c.path.parent})"))
 
 
 def check_api_keys(oracles: Mapping[tuple[str, int], Mapping[str, Any]], runs: Mapping[Path, Run]) -> None:

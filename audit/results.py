@@ -218,15 +218,17 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def write_outputs(root: Path, doc: Mapping[str, Any]) -> list[Path]:
-    """audit.json, audit.csv and figures/*.png of `doc` in `root`; returns their paths."""
+def write_outputs(root: Path, doc: Mapping[str, Any], more: Mapping[str, str] | None = None) -> list[Path]:
+    """audit.json, audit.csv, the files `more` names (file name in `root` -> text) and
+    figures/*.png of `doc` in `root`; returns their paths."""
     from selfplay.artifacts import write_texts_atomic
 
     from .figures import write_figures  # matplotlib, only where figures are drawn
 
-    texts = {root / "audit.json": dumps(doc), root / "audit.csv": to_csv(doc)}
+    texts = {root / "audit.json": dumps(doc), root / "audit.csv": to_csv(doc)} | \
+        {root / name: text for name, text in (more or {}).items()}
     figures = write_figures(doc, root / FIGURES_DIR)
-    write_texts_atomic(texts)  # both or neither
+    write_texts_atomic(texts)  # all or none
     return [*texts, *figures]
 
 

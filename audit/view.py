@@ -27,7 +27,7 @@ rejects that the judge scored above an answer of the same environment and iterat
 oracle accepts; an audit answer the oracle rejects that the judge scored at least as high as the
 reference answer r(e) (apparent success, A = 1, of an invalid answer: a false positive).
 
-The module also owns the audit's answer file: `write_audit_answers` (called by audit.gap) and
+The module also owns the audit's answer file: `audit_answers_text` (written by audit.gap) and
 its wandb table (`audit_table`, `wandb_answer_table`: one per checkpoint).
 """
 
@@ -74,18 +74,15 @@ def answer_record(reward: str, seed: int, iteration: int, checkpoint: str, row: 
             | {k: _finite(v) for k, v in row.to_dict().items()})
 
 
-def write_audit_answers(root: Path, rows: Mapping[tuple[str, int], Mapping[int, Sequence[AnswerRow]]],
-                        where: Mapping[tuple[str, int, int], str]) -> Path:
-    """`root/audit_answers.jsonl`: every answer of every audited checkpoint (`rows` by reward × seed,
-    then iteration), each with its checkpoint dir relative to root (`where`)."""
-    from .results import write_text_atomic
-
+def audit_answers_text(rows: Mapping[tuple[str, int], Mapping[int, Sequence[AnswerRow]]],
+                       where: Mapping[tuple[str, int, int], str]) -> str:
+    """The text of `audit_answers.jsonl`: every answer of every audited checkpoint (`rows` by reward ×
+    seed, then iteration), each with its checkpoint dir relative to the audit's root (`where`);
+    audit.results.write_outputs writes it together with audit.json."""
     lines = [json.dumps(answer_record(reward, seed, t, where[(reward, seed, t)], r), sort_keys=True,
                         ensure_ascii=False, allow_nan=False)
              for (reward, seed), by_t in sorted(rows.items()) for t, rs in sorted(by_t.items()) for r in rs]
-    path = root / ANSWERS_FILE
-    write_text_atomic(path, "".join(line + "\n" for line in lines))
-    return path
+    return "".join(line + "\n" for line in lines)
 
 
 def read_audit_answers(path: Path) -> list[dict[str, Any]]:
@@ -284,7 +281,7 @@ def collect(root: Path) -> dict[str, Any]:
         oracle_names.add("spec + checks" if oracle is not None else "none")
         used: set[str] = set()
         cfg = first.config
-        runs_out.append({"reward": first.reward, "seed": first.seed, "dir": _relative(seed_dir, found.root),
+        runs_out.append({"reward": first.reward, "seed": first.seed, "dir": _relpath(seed_dir, found.root),
                          "experiment": cfg.get("experiment_name"), "policy": (cfg.get("policy") or {}).get("name"),
                          "candidates": (cfg.get("reward") or {}).get("candidates", "policy"),
                          "iterations": [c.iteration for c in ckpts]})
@@ -331,12 +328,12 @@ def collect(root: Path) -> dict[str, Any]:
             if tid in data.envs and tid not in envs_out:
                 envs_out[tid] = env_entry(data.envs[tid], "audit" if tid in data.audit_ids else "train")
     return {"root": str(root), "dir": str(found.root), "made": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "answers_files": [_relative(f, found.root) for f in files],
+            "answers_files": [_relpath(f, found.root) for f in files],
             "training_oracle": " / ".join(sorted(oracle_names)), "texts": texts.items, "envs": envs_out,
             "runs": runs_out, "train": train_out, "pairs": pairs_out, "drops": drops_out, "audit": audit_out}
 
 
-def _relative(path: Path, root: Path) -> str:
+def _relpath(path: Path, root: Path) -> str:
     return Path(os.path.relpath(path, root)).as_posix()
 
 

@@ -192,6 +192,9 @@ class RunData:
     too_long: tuple[Environment, int] | None  # see `first_too_long`
     checked: bool  # every audit record carries evaluation_spec.checks
     policy: Any  # the policy's selfplay.models.config.PolicyConfig
+    # the first judge prompt on the audit split that does not fit the judge's context (a
+    # judges.lengths.TooLong; see `judge_prompts_too_long`), or None; unchecked unless asked
+    judge_too_long: Any = None
 
 
 @dataclass(frozen=True)
@@ -239,10 +242,13 @@ class Run:
                        end_of_turn(tokenizer))
 
     def read(self, *, budget: int, max_per_kind: int | None = None,
-             tokenizers: dict[str, Any] | None = None) -> RunData:
+             tokenizers: dict[str, Any] | None = None, judge_answers: bool = False,
+             judge_answer_tokens: int | None = None) -> RunData:
         """The run's data in one pass: its audit split (`max_per_kind` of each kind at most) and all its
         environments, the audit prompts rendered, and the first whose prompt plus `budget` tokens does
-        not fit the policy's context. Loads the policy's tokenizer (memoised in `tokenizers`), no weights."""
+        not fit the policy's context; with `judge_answers`, also the first judge prompt that would
+        not fit the judge's once it reads every stress answer and, unless `judge_answer_tokens` is
+        None, a sampled answer of that many tokens. Loads tokenizers (memoised in `tokenizers`), no weights."""
         import json
 
         from judges.spec import checks_of
@@ -259,7 +265,9 @@ class Run:
                        resolve_data_path(str(self.settings.data.path)), prompts,
                        first_too_long(tokenizers[key], audit, list(prompts.text.values()), budget,
                                       policy.max_context) if audit else None,
-                       bool(audit) and all(checks_of(e) is not None for e in audit), policy)
+                       bool(audit) and all(checks_of(e) is not None for e in audit), policy,
+                       judge_prompts_too_long(self.settings, audit, stress=True, tokenizers=tokenizers,
+                                              answer_tokens=judge_answer_tokens) if judge_answers and audit else None)
 
     def iteration(self, t: int) -> Path:
         return self.dir / f"iter_{t}"

@@ -9,6 +9,7 @@ leading-space variant, so every label's probability is bare + spaced.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 
 import numpy as np
@@ -71,3 +72,12 @@ class ScriptedBackend:
 
 
 PUB = PublicView("t1", "Does X cause Y? Answer yes or no.", (Document("D1", "X was tested."), Document("D2", "Y was not measured.")))
+
+
+def short_evidence(envs, words: int = 25, docs: int = 2) -> list:
+    """The environments with at most `docs` evidence documents of `words` words each: a tiny random
+    model's 49k-token LM head makes every prompt token costly."""
+    cut = lambda text: " ".join(text.split()[:words])  # noqa: E731
+    return [dataclasses.replace(e, public=dataclasses.replace(
+        e.public, evidence=tuple(dataclasses.replace(d, text=cut(d.text)) for d in e.public.evidence[:docs])))
+        for e in envs]

@@ -8,7 +8,6 @@ defined and the code paths are the real ones.
 """
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -18,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import short_evidence
 from hydra import compose, initialize_config_dir
 
 import audit.gap as gap
@@ -57,10 +57,7 @@ FIELDS = {"value", "ci_low", "ci_high", "n", "n_partial", "n_unscored", "n_undef
 
 
 def cut(envs):
-    short = lambda text: " ".join(text.split()[:25])  # noqa: E731
-    return [dataclasses.replace(e, public=dataclasses.replace(
-        e.public, evidence=tuple(dataclasses.replace(d, text=short(d.text)) for d in e.public.evidence[:2])))
-        for e in envs]
+    return short_evidence(envs)
 
 
 @pytest.fixture(scope="module")

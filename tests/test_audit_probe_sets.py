@@ -153,7 +153,7 @@ def test_gate_set_keeps_the_runs_own_base_text_and_drops_the_rest(audited_with_s
     from audit.gate_rows import gate_set
 
     ckpt = find_checkpoints(str(audited_with_set)).checkpoints[0]
-    settings = open_run(ckpt).settings
+    run = open_run(ckpt)
     row = {"task_id": "mini_counterevidence_02", "text": "t", "label": "invalid"}
     fresh = tmp_path / "fresh.jsonl"
     fresh.write_text("\n".join(json.dumps(r) for r in [
@@ -164,6 +164,6 @@ def test_gate_set_keeps_the_runs_own_base_text_and_drops_the_rest(audited_with_s
                "answers_file": "answers-0.jsonl", "index": 0},  # this run's path, text it never sampled
         row | {"policy": "tiny-llama", "adapter": None, "task_id": "not_here"},  # not the run's data
     ]) + "\n")
-    got = gate_set(settings, ckpt, fresh=[fresh])
+    got = gate_set(run, run.read(budget=1), ckpt, fresh=[fresh])
     assert [(r["text"], r["iteration"]) for r in got.rows] == [("t", 0)]
     assert got.read == {str(fresh): 1}

@@ -4,7 +4,7 @@ The run (`tiny`, reward `decisive`, seed 0, T = 2) is built from a real resolved
 `selfplay.artifacts.writing_iteration`, so the checkpoints pass the audit's checks; its answers are
 chosen to exercise every join: an answer that is markup (`<script>`, `</script>`, an `onerror`
 image), one of the environment's authored stress answers (its label is known), a truncated answer,
-an environment that gave no pair. The audit's answers are written with `write_audit_answers` from
+an environment that gave no pair. The audit's answers are written with `audit_answers_text` from
 AnswerRows, as audit.gap writes them. One test trains a tiny random Llama and audits it for real
 (the file audit.gap writes, the wandb sample table train.py logs); one opens the page in a headless
 Chromium and skips, saying why, where none is installed.
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import short_evidence
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -98,8 +99,9 @@ def tiny(tmp_path_factory):
                 AnswerRow(audit_env.task_id, "impossible", "stress", stress.answer_id, stress.text, 0.3, 0.5,
                           stress.validity, {"oracle": True}, probe_logp=-40.0, probe_logp0=-42.0, probe_tokens=8)]}
     exp = root / "tiny"
-    view.write_audit_answers(exp, {("decisive", 0): rows},
-                             {("decisive", 0, 0): "decisive/seed0/iter_0", ("decisive", 0, 2): "decisive/seed0/iter_2"})
+    (exp / view.ANSWERS_FILE).write_text(view.audit_answers_text(
+        {("decisive", 0): rows},
+        {("decisive", 0, 0): "decisive/seed0/iter_0", ("decisive", 0, 2): "decisive/seed0/iter_2"}))
     cache = run / "iter_2" / "audit_cache"
     cache.mkdir()
     (cache / "answers-0.jsonl").write_text(json.dumps(
@@ -291,15 +293,11 @@ def test_train_and_audit_a_tiny_run_then_view_it(tmp_path, monkeypatch):
     """A tiny random Llama trained 1 iteration on 2 environments (`decisive`: no model judge) and
     audited with n = 1 on one environment of each kind: the wandb sample table holds every answer,
     audit.gap writes audit_answers.jsonl, and the page shows both."""
-    import dataclasses
 
     import audit.gap as gap
     import selfplay.train as train
 
-    def cut(envs):
-        short = lambda text: " ".join(text.split()[:25])  # noqa: E731  (the tiny model's LM head is costly)
-        return [dataclasses.replace(e, public=dataclasses.replace(e.public, evidence=tuple(
-            dataclasses.replace(d, text=short(d.text)) for d in e.public.evidence[:2]))) for e in envs]
+    cut = short_evidence  # the tiny model's LM head is costly
 
     real_train, real_audit = train.load_train_envs, gap.audit_envs
     monkeypatch.setattr(train, "load_train_envs", lambda settings: cut(real_train(settings)))

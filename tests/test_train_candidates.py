@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from fakes import short_evidence
 from hydra import compose, initialize_config_dir
 
 import selfplay.train as train
@@ -22,13 +23,7 @@ OVERRIDES = [
 
 def tiny_envs(settings) -> list[Environment]:
     """Two real train environments with their evidence cut, so the tiny model's forward stays cheap."""
-    import dataclasses
-
-    envs = _real_loader(settings)
-    cut = lambda text: " ".join(text.split()[:15])  # noqa: E731
-    return [dataclasses.replace(e, public=dataclasses.replace(
-        e.public, evidence=tuple(dataclasses.replace(d, text=cut(d.text)) for d in e.public.evidence[:1])))
-        for e in envs]
+    return short_evidence(_real_loader(settings), words=15, docs=1)
 
 
 _real_loader = train.load_train_envs

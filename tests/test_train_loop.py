@@ -6,12 +6,12 @@ exception inside the DPO step of iteration 2 and then rerun. The evidence of the
 is cut to its first 25 words so the tiny model's 49k-token LM head stays cheap; the loop is the same.
 """
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+from fakes import short_evidence
 from hydra import compose, initialize_config_dir
 
 import selfplay.train as train
@@ -33,11 +33,7 @@ def composed(root: Path):
 
 
 def short_envs(settings):
-    envs = _real_loader(settings)
-    cut = lambda text: " ".join(text.split()[:25])  # noqa: E731
-    return [dataclasses.replace(e, public=dataclasses.replace(
-        e.public, evidence=tuple(dataclasses.replace(d, text=cut(d.text)) for d in e.public.evidence[:2])))
-        for e in envs]
+    return short_evidence(_real_loader(settings))
 
 
 _real_loader = train.load_train_envs
