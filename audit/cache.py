@@ -88,11 +88,18 @@ def _ends_with_newline(path: Path) -> bool:
 
 
 class JsonlCache:
-    """Rows `{"key": ..., **values}` in one JSONL file; later rows win for a repeated key."""
+    """Rows `{"key": ..., **values}` in one JSONL file; later rows win for a repeated key.
 
-    def __init__(self, path: Path):
+    `peers`: the caches of the same weights in the other runs of one audit (the same file name in
+    another seed dir). A key names the weights, the adapter and the whole request, so a row a peer
+    holds is the answer to the same call: `adopt` copies it into this file instead of asking the
+    model again. π_0's calls (t = 0, the probe's reference, the audit's samples at t = 0) are then
+    made once per audit, not once per run, and each run's cache still holds every call it read."""
+
+    def __init__(self, path: Path, peers: list[JsonlCache] | None = None):
         self.path = path
         self.rows: dict[str, dict[str, Any]] = {}
+        self._peers = peers if peers is not None else []
         self._good_bytes: int | None = None  # set when a torn last line must be cut before appending
         self._newline = False  # a complete last row whose newline was cut: write one before appending
         if path.is_file():
@@ -108,6 +115,15 @@ class JsonlCache:
 
     def missing(self, keys: Iterable[str]) -> list[str]:
         return [k for k in dict.fromkeys(keys) if k not in self.rows]
+
+    def adopt(self, keys: Iterable[str]) -> None:
+        """Copy into this file the rows of `keys` it lacks and a peer holds."""
+        found = {}
+        for k in self.missing(keys):
+            row = next((p.rows[k] for p in self._peers if p is not self and k in p.rows), None)
+            if row is not None:
+                found[k] = row
+        self.add(list(found.values()))
 
     def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
@@ -198,6 +214,7 @@ class CachedBackend:
         return digest({"weights": self._weights(adapter), "method": method, **request})
 
     def _per_prompt(self, method: str, keys: list[str], compute: Callable[[list[int]], list[Any]]) -> list[Any]:
+        self._cache.adopt(keys)
         todo = [i for i, k in enumerate(keys) if k not in self._cache.rows]
         self.stats["hits"] += len(keys) - len(todo)
         self.stats["misses"] += len(todo)
@@ -216,6 +233,7 @@ class CachedBackend:
                adapter: bool = True) -> list[list[Completion]]:
         key = self.key("sample", adapter, prompts=[self._prompt_ids(p) for p in prompts], n=n,
                        temperature=float(temperature), max_new_tokens=max_new_tokens, seed=seed)
+        self._cache.adopt([key])
         row = self._cache.rows.get(key)
         if row is None:
             self.stats["misses"] += 1
@@ -270,6 +288,16 @@ class CachedBackend:
         return self._inner.reading(prompt)
 
 
+def open_cache(files: dict[Path, JsonlCache], path: Path) -> JsonlCache:
+    """The cache file `path`, opened once per audit (`files`), a peer of every opened file of the
+    same name (the same weights in another run)."""
+    if path not in files:
+        peers = next((f._peers for p, f in files.items() if p.name == path.name), [])
+        files[path] = JsonlCache(path, peers)
+        peers.append(files[path])
+    return files[path]
+
+
 def cached_policy(policy: Mapping[str, Any], directory: Path, load: Callable[[], Any], *,
                   adapter_id: str | None = None, files: dict[Path, JsonlCache] | None = None,
                   tokenizer: Any = None) -> CachedBackend:
@@ -279,13 +307,11 @@ def cached_policy(policy: Mapping[str, Any], directory: Path, load: Callable[[],
     config = PolicyConfig.from_mapping(policy)
     tok = tokenizer if tokenizer is not None else load_tokenizer(config)
     identity = {"policy": dict(policy)}
-    path = directory / f"{CALLS}-{digest(identity, 16)}.jsonl"
     files = {} if files is None else files
-    if path not in files:
-        files[path] = JsonlCache(path)
+    cache = open_cache(files, directory / f"{CALLS}-{digest(identity, 16)}.jsonl")
     return CachedBackend(name=config.name, tokenizer=tok,
                          render=lambda m, add_generation_prompt=True: render(tok, config, m, add_generation_prompt),
-                         identity=identity, adapter_id=adapter_id, cache=files[path], load=load)
+                         identity=identity, adapter_id=adapter_id, cache=cache, load=load)
 
 
 def write_answers(iteration: Path, policy: Mapping[str, Any], sample: Any,
@@ -339,10 +365,7 @@ class Models:
         return backend
 
     def _cache(self, seed_dir: Path, identity: Mapping[str, Any]):
-        path = cache_dir(seed_dir) / f"{CALLS}-{digest(identity, 16)}.jsonl"
-        if path not in self._files:
-            self._files[path] = JsonlCache(path)
-        return self._files[path]
+        return open_cache(self._files, cache_dir(seed_dir) / f"{CALLS}-{digest(identity, 16)}.jsonl")
 
     def _cached(self, policy: Mapping[str, Any], seed_dir: Path, adapter_id: str | None, load) -> CachedBackend:
         name = json.dumps(dict(policy), sort_keys=True, default=str)

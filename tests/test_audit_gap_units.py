@@ -218,6 +218,36 @@ def test_cache_file_keeps_finished_rows_and_survives_a_torn_write(tmp_path):
         JsonlCache(path)
 
 
+def test_a_call_another_run_of_the_audit_made_is_adopted_not_asked_again(tmp_path):
+    """Two runs on the same base weights: π_0's calls the first run made are copied into the second
+    run's own cache file, not asked of the model again; an adapter's call is never shared."""
+    from audit.cache import CachedBackend, open_cache
+
+    asked = []
+
+    class Inner:
+        def sequence_logprobs(self, prompts, completions, *, adapter, temperature):
+            asked.append((tuple(completions), adapter))
+            return [-float(len(c)) - (0.5 if adapter else 0.0) for c in completions]
+
+    files = {}
+
+    def backend(run: str, adapter_id):
+        cache = open_cache(files, tmp_path / run / "audit_cache" / "calls-0.jsonl")
+        return CachedBackend(name="m", tokenizer=None, render=None, identity={"policy": "m"},
+                             adapter_id=adapter_id, cache=cache, load=Inner, prompt_ids=lambda p: p)
+
+    first, second = backend("seed0", "sha-a"), backend("seed1", "sha-b")
+    assert list(first.sequence_logprobs(["x", "x"], ["ab", "abc"], adapter=False)) == [-2.0, -3.0]
+    assert list(second.sequence_logprobs(["x", "x"], ["ab", "abc"], adapter=False)) == [-2.0, -3.0]
+    assert asked == [(("ab", "abc"), False)]  # π_0's two answers: asked once for both runs
+    assert len(JsonlCache(tmp_path / "seed1" / "audit_cache" / "calls-0.jsonl").rows) == 2  # its own copy
+    assert list(first.sequence_logprobs(["x"], ["ab"], adapter=True)) == [-2.5]
+    assert list(second.sequence_logprobs(["x"], ["ab"], adapter=True)) == [-2.5]
+    assert asked[1:] == [(("ab",), True), (("ab",), True)]  # each run's adapter asked for itself
+    assert second.stats == {"hits": 2, "misses": 1}
+
+
 def test_second_oracle_and_oracle_error_rates():
     """One impossible environment, reference score .5. Policy answers (judge A, oracle label, oracle2):
     p0 .7 invalid, oracle2 accepts; p1 .6 invalid, oracle2 rejects; p2 .2 invalid, oracle2 accepts;
