@@ -163,7 +163,12 @@ def sweep_differences(a: Mapping[str, Any], b: Mapping[str, Any], *, same_reward
     drop = {"seed"} | (set() if same_reward else {"reward"})
 
     def shared(config: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in comparable(dict(config)).items() if k not in drop}
+        out = {k: v for k, v in comparable(dict(config)).items() if k not in drop}
+        reward = out.get("reward")
+        # a reward seeded by its run (the null's `seed: ${seed}`) differs between seeds as the run does
+        if isinstance(reward, Mapping) and "seed" in reward and reward["seed"] == config.get("seed"):
+            out["reward"] = {k: v for k, v in reward.items() if k != "seed"}
+        return out
 
     return config_differences(shared(a), shared(b))
 

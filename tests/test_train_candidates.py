@@ -80,6 +80,22 @@ def test_the_null_reward_seed_follows_the_run_seed_in_the_resolved_config(tmp_pa
     assert train.train_settings(cfg).reward.seed == 3
 
 
+def test_seeds_of_the_null_are_one_sweep_to_the_audit(tmp_path):
+    """The null's own seed is the run's (`seed: ${seed}`): two seeds of it are one experiment to the
+    audit, which averages them, while a reward seed that does not follow its run still differs."""
+    from omegaconf import OmegaConf
+
+    from selfplay.runs import sweep_differences
+
+    def resolved(seed, *more):
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[*OVERRIDES, f"seed={seed}", f"output_root={tmp_path}", *more])
+        return OmegaConf.to_container(cfg, resolve=True)
+
+    assert sweep_differences(resolved(0), resolved(1), same_reward=True) == []
+    assert sweep_differences(resolved(0), resolved(1, "reward.seed=7"), same_reward=True) != []
+
+
 def test_a_judge_design_on_labelled_candidates_composes():
     out = subprocess.run([sys.executable, "-m", "selfplay.train", "+policy=smollm2-135m", "reward=anchored",
                           "reward.candidates=labelled", "--cfg", "job"], capture_output=True, text=True, timeout=120)
