@@ -13,8 +13,9 @@ from .figures import kl_points
 from .report_tables import num
 
 # the controls first in the probe table: what the instrument must see, from both sides
-CONTROL_ORDER = ("decisive", "label_anti", "oracle_verdict", "label_gold", "certificate")
+CONTROL_ORDER = ("decisive", "label_anti", "random", "oracle_verdict", "label_gold", "certificate")
 CONTROL_ROLE = {"decisive": "positive control", "label_anti": "probe check (invalid chosen)",
+                "random": "null (reads nothing)",
                 "oracle_verdict": "negative control", "label_gold": "probe check (valid chosen)",
                 "certificate": "control: sees the hidden anchor"}
 
