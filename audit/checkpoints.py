@@ -12,8 +12,10 @@ marker the loop writes last. `find_checkpoints(path)` accepts any level of that 
 - a reward dir (`seed<s>/` inside) or an experiment dir (`<reward>/seed<s>/` inside): every seed of
   every reward.
 
-`iterations` keeps, in each seed dir, t = 0 and the iterations it names (-1: the run's last complete
-one): a long sweep audited at its end points costs two checkpoints a run, not T + 1.
+`iterations` keeps, in each seed dir, t = 0 and the iterations it names, -1 being the last iteration
+every run found has completed (so that seeds and rewards are compared at the same t, a run still
+training included): a long sweep audited at its end points costs two checkpoints a run, not T + 1.
+An iteration no run has, or `iterations` with an iteration dir, is refused.
 
 A run whose `iter_0` is not complete is refused (`check_baseline`), never audited from iter_1 on:
 every drift would lack its reference.
@@ -110,6 +112,9 @@ def find_checkpoints(path: str | Path, iterations: Sequence[int] | None = None) 
         raise CheckpointError(f"ckpt={path}: not a directory; {_LAYOUT}")
     root = root.resolve()
     if ITER_RE.fullmatch(root.name):
+        if iterations is not None:
+            raise CheckpointError(f"ckpt={path} names one iteration; iterations={list(iterations)} chooses "
+                                  "among a run's iterations: give its seed dir, or leave iterations unset")
         ckpt = load_checkpoint(root)
         base = root.parent / "iter_0"
         if ckpt.iteration != 0:
@@ -120,7 +125,7 @@ def find_checkpoints(path: str | Path, iterations: Sequence[int] | None = None) 
     seed_dirs = _seed_dirs(root)
     if not seed_dirs:
         raise CheckpointError(f"ckpt={path}: no training iterations found; {_LAYOUT}")
-    found, skipped = [], []
+    runs, skipped = [], []
     for seed_dir in seed_dirs:
         mine = []
         for d in sorted(_iter_dirs(seed_dir), key=_number):
@@ -130,18 +135,26 @@ def find_checkpoints(path: str | Path, iterations: Sequence[int] | None = None) 
                 skipped.append(d)
         if mine:
             check_baseline(seed_dir, path)
-        found += mine if iterations is None else _chosen(mine, iterations)
+            runs.append(mine)
+    found = [c for mine in runs for c in mine]
+    if found and iterations is not None:
+        found = _chosen(runs, iterations)
     if not found:
         raise CheckpointError(f"ckpt={path}: no complete iteration (none has a {DONE} marker); "
                               f"incomplete: {', '.join(str(s) for s in skipped)}")
     return Discovery(root, tuple(sorted(found, key=_order)), tuple(skipped))
 
 
-def _chosen(ckpts: list[Checkpoint], iterations: Sequence[int]) -> list[Checkpoint]:
-    """t = 0 and the iterations named (-1: the last complete one) of one run's checkpoints."""
-    last = max(c.iteration for c in ckpts)
+def _chosen(runs: list[list[Checkpoint]], iterations: Sequence[int]) -> list[Checkpoint]:
+    """t = 0 and the iterations named of every run's checkpoints; -1 is the last iteration every run
+    has completed."""
+    last = min(max(c.iteration for c in mine) for mine in runs)
     wanted = {0} | {last if t == -1 else t for t in iterations}
-    return [c for c in ckpts if c.iteration in wanted]
+    have = {c.iteration for mine in runs for c in mine}
+    if missing := sorted(t for t in wanted if t not in have):
+        raise CheckpointError(f"iterations={list(iterations)}: no run has a complete iteration {missing[0]} "
+                              f"(complete: {', '.join(map(str, sorted(have)))})")
+    return [c for mine in runs for c in mine if c.iteration in wanted]
 
 
 def check_baseline(seed_dir: Path, given: str | Path) -> None:

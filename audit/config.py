@@ -42,7 +42,8 @@ class AuditConfig:
     max_new_tokens: int | None = None  # null: the run's own answer budget
     seed: int = 0  # seeds sampling (per environment) and every bootstrap
     max_envs: int | None = None  # audit only the first N audit environments (quick checks)
-    # audit only t = 0 and these iterations of each run (-1: its last complete one); null: every one
+    # audit only t = 0 and these iterations of each run (-1: the last one every run has completed,
+    # so that seeds and rewards meet at the same t); null: every one (audit.checkpoints)
     iterations: list[int] | None = None
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     length_match: float = 0.2  # length-matched AUROC: relative length difference below this

@@ -68,7 +68,6 @@ from .plan import (  # noqa: F401  (re-exported for callers of audit.gap)
     AuditError,
     Plan,
     _relative,
-    audit_envs,
     labelled_set,
     plan,
 )

@@ -18,7 +18,6 @@ from selfplay.runs import (
     Prompts,
     Run,
     RunData,
-    capped,
     load_data_split,
     sweep_differences,
 )
@@ -47,14 +46,6 @@ class Plan:
     prompts: Mapping[tuple[str, int], Prompts] = None  # each reward × seed's policy prompts, rendered once
     # the labelled rows each reward × seed's own policy wrote: all its calibration gate reads (None: none)
     gate_sets: Mapping[tuple[str, int], GateSet | None] = None
-
-
-def audit_envs(settings: Settings, max_envs: int | None) -> tuple[Environment, ...]:
-    """The run's audit split (the environments it never trained on); `max_envs` caps each kind."""
-    audit = tuple(capped(load_data_split(settings.data, "audit"), max_envs))
-    if not audit:
-        raise AuditError(f"{settings.data.path}: the audit split is empty")
-    return audit
 
 
 class LabelledSet(NamedTuple):
@@ -109,7 +100,7 @@ def plan(cfg: AuditConfig) -> Plan:
                                           tokenizers=tokenizers, judge_answers=True,
                                           judge_answer_tokens=sample[key].max_new_tokens if sample[key].n else None)
         except (EnvLoadError, FileNotFoundError, ValueError) as e:
-            raise AuditError(f"{c.path}: cannot load the run's audit environments: {e}") from None
+            raise AuditError(f"{c.path}: cannot read the run's environments and prompts: {e}") from None
     differences = [(ref, c, sweep_differences(ref.config, c.config, same_reward=ref.reward == c.reward))
                    for ref, c in sweep_pairs(discovery)]
 

@@ -21,6 +21,7 @@ from fakes import short_evidence
 from hydra import compose, initialize_config_dir
 
 import audit.gap as gap
+import selfplay.runs as runs
 import selfplay.train as train
 from audit import report
 from selfplay.config import CONF_DIR
@@ -63,9 +64,9 @@ def cut(envs):
 @pytest.fixture(scope="module")
 def patched():
     mp = pytest.MonkeyPatch()
-    real_train, real_audit = train.load_train_envs, gap.audit_envs
+    real_train, real_split = train.load_train_envs, runs.load_data_split
     mp.setattr(train, "load_train_envs", lambda settings: cut(real_train(settings)))
-    mp.setattr(gap, "audit_envs", lambda settings, max_envs: tuple(cut(real_audit(settings, max_envs))))
+    mp.setattr(runs, "load_data_split", lambda data, which: cut(real_split(data, which)))  # what the audit reads
     yield mp
     mp.undo()
 

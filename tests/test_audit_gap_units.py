@@ -169,19 +169,25 @@ def test_discovery_at_every_level(tmp_path):
 
 
 def test_discovery_keeps_t0_and_the_iterations_named(tmp_path):
-    """`iterations=[-1]` audits each run's t = 0 and its own last complete iteration, whatever T each
-    run reached; named iterations a run lacks are simply absent."""
+    """`iterations=[-1]` audits t = 0 and the last iteration every run has completed, so seeds are
+    compared at the same t while one still trains; an iteration no run has is refused, as is
+    `iterations` with one iteration dir."""
     exp = tmp_path / "exp"
     for t in range(4):
         make_iter(exp / "decisive" / "seed0", t, reward="decisive")
     for t in range(3):
         make_iter(exp / "decisive" / "seed1", t, reward="decisive")
-    make_iter(exp / "decisive" / "seed1", 3, done=False)  # still training: not the last complete one
+    make_iter(exp / "decisive" / "seed1", 3, done=False)  # still training
     got = lambda its: [(c.seed, c.iteration) for c in find_checkpoints(exp, its).checkpoints]  # noqa: E731
-    assert got([-1]) == [(0, 0), (0, 3), (1, 0), (1, 2)]
-    assert got([1, -1]) == [(0, 0), (0, 1), (0, 3), (1, 0), (1, 1), (1, 2)]
-    assert got([3]) == [(0, 0), (0, 3), (1, 0)]
+    assert got([-1]) == [(0, 0), (0, 2), (1, 0), (1, 2)]
+    assert got([1, -1]) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert got([3]) == [(0, 0), (0, 3), (1, 0)]  # named: only the runs that have it
     assert got(None) == [(0, t) for t in range(4)] + [(1, t) for t in range(3)]
+    assert [c.iteration for c in find_checkpoints(exp / "decisive" / "seed0", [-1]).checkpoints] == [0, 3]
+    with pytest.raises(CheckpointError, match=r"iterations=\[30\]: no run has a complete iteration 30"):
+        find_checkpoints(exp, [30])
+    with pytest.raises(CheckpointError, match="names one iteration"):
+        find_checkpoints(exp / "decisive" / "seed0" / "iter_3", [-1])
 
 
 @pytest.mark.parametrize("setup, message", [

@@ -295,13 +295,14 @@ def test_train_and_audit_a_tiny_run_then_view_it(tmp_path, monkeypatch):
     audit.gap writes audit_answers.jsonl, and the page shows both."""
 
     import audit.gap as gap
+    import selfplay.runs as runs
     import selfplay.train as train
 
     cut = short_evidence  # the tiny model's LM head is costly
 
-    real_train, real_audit = train.load_train_envs, gap.audit_envs
+    real_train, real_split = train.load_train_envs, runs.load_data_split
     monkeypatch.setattr(train, "load_train_envs", lambda settings: cut(real_train(settings)))
-    monkeypatch.setattr(gap, "audit_envs", lambda settings, max_envs: tuple(cut(real_audit(settings, max_envs))))
+    monkeypatch.setattr(runs, "load_data_split", lambda data, which: cut(real_split(data, which)))
     tables = []
 
     class Recorder(tracking.NullLogger):
