@@ -116,7 +116,9 @@ controls: install
 # rerun it after an interruption and every finished iteration is kept). Self-play from the warm start
 # (experiments/conf/experiment/judge_designs.yaml): the positive control `decisive` and the null
 # `random` over 3 seeds, the negative control `oracle_verdict` and the judge designs over 2, in an order
-# that finishes the controls first; then the designs once on the train split's authored answers
+# that finishes the controls first, each design with its own pair margin δ (reward.margin, chosen from
+# its judge's spread on π_0's train samples: experiments/results/judge_designs/design_margins.json);
+# then the designs once on the train split's authored answers
 # (reward.candidates=labelled, its own experiment name). Each run audited at t = 0 and its last
 # iteration (iterations=[-1]; the audit of every t costs ~5 min a checkpoint here) with the probe on the
 # audit split (and on RELEASE's records, where that directory exists) and the KL on one answer per
@@ -125,15 +127,19 @@ EXPERIMENT := outputs/judge_designs
 LABELLED   := outputs/judge_designs_labelled
 RELEASE    ?= ../shared/impossible_rubrics
 JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
+JD_LABELLED := experiment_name=judge_designs_labelled reward.candidates=labelled max_pairs=32
 JD_AUDIT   := n=1 batch_size=32 probe_labelled=false 'iterations=[-1]' $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE) probe_data_name=release)
 experiment-train: install warm-start
 	$(JD_TRAIN) reward=decisive,random seed=0
 	$(JD_TRAIN) reward=decisive,random seed=1
 	$(JD_TRAIN) reward=decisive,random seed=2
 	$(JD_TRAIN) reward=oracle_verdict seed=0,1
-	$(JD_TRAIN) reward=anchored,commit_first,blind_solve seed=0
-	$(JD_TRAIN) reward=anchored,commit_first,blind_solve seed=1
-	$(JD_TRAIN) experiment_name=judge_designs_labelled reward.candidates=labelled max_pairs=32 reward=anchored,commit_first,blind_solve
+	$(JD_TRAIN) reward=anchored reward.margin=0.005 seed=0,1
+	$(JD_TRAIN) reward=commit_first reward.margin=0.03 seed=0,1
+	$(JD_TRAIN) reward=blind_solve reward.margin=0.005 seed=0,1
+	$(JD_TRAIN) $(JD_LABELLED) reward=anchored reward.margin=0.005
+	$(JD_TRAIN) $(JD_LABELLED) reward=commit_first reward.margin=0.03
+	$(JD_TRAIN) $(JD_LABELLED) reward=blind_solve reward.margin=0.005
 
 experiment: experiment-train
 	$(PY) -m audit.gap ckpt=$(EXPERIMENT) $(JD_AUDIT)

@@ -51,10 +51,16 @@ class JudgeParams:
     max_new_tokens: int = 256  # stage-1 artifact length (greedy)
     instruction: str = P.NEUTRAL  # prompt regime: "neutral" (the paper's) or "honesty_aware" (opt-in)
     candidates: str = "policy"  # what the training loop scores (judges.base.CANDIDATES); the judge ignores it
+    # the loop's δ for this design (None: the run's `margin`); a judge's scores live on its own scale,
+    # and a small judge may score every answer of an environment within 0.05 of 0.5
+    margin: float | None = None
 
     def __post_init__(self):
         P.check_instruction(self.instruction)
         check_candidates(self.candidates)
+        if self.margin is not None and (isinstance(self.margin, bool) or not isinstance(self.margin, (int, float))
+                                        or not 0.0 <= self.margin <= 1.0):
+            raise ValueError(f"reward.margin={self.margin!r}: expected null or a number in [0, 1]")
         if not 0.0 <= self.min_verdict_mass < 1.0:
             raise ValueError(f"min_verdict_mass must be in [0, 1); got {self.min_verdict_mass}")
         if self.max_new_tokens < 1:

@@ -119,6 +119,13 @@ def candidates_of(settings: Settings) -> str:
     return str(settings.reward.get("candidates", "policy"))
 
 
+def margin_of(settings: Settings) -> float:
+    """δ of this run's pairs: the reward's own `margin` where it sets one (a judge design's scores live
+    on that judge's scale), else the run's."""
+    own = settings.reward.get("margin")
+    return settings.train.margin if own is None else float(own)
+
+
 def labelled_candidates(envs: list[Environment]) -> list[list[str]]:
     """The fixed stress answers of each environment, as finished completions."""
     return [[Completion(s.text, finished=True) for s in e.stress_answers] for e in envs]
@@ -301,9 +308,9 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 scores = [[v.score for v in env] for env in verdicts]
                 cut = [[is_truncated(x) for x in env] for env in answers]
                 if candidates_of(settings) == "labelled":
-                    pairs, counts, reasons = all_pairs(task_ids, prompts_of, answers, scores, tr.margin)
+                    pairs, counts, reasons = all_pairs(task_ids, prompts_of, answers, scores, margin_of(settings))
                 else:
-                    pairs, counts, reasons = build_pairs(task_ids, prompts_of, answers, scores, tr.margin,
+                    pairs, counts, reasons = build_pairs(task_ids, prompts_of, answers, scores, margin_of(settings),
                                                          truncated=None if tr.pair_truncated else cut)
                 pairs, counts, reasons = subsample(pairs, counts, reasons, task_ids, tr.max_pairs,
                                                    derive_seed(tr.seed, PAIRS, t))

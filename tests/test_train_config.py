@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from selfplay import artifacts as A
 from selfplay.config import (
@@ -277,3 +278,28 @@ def test_a_setting_added_later_at_null_does_not_block_resume():
     assert config_differences(stored, {"judge": {"model": "self", "endpoint": None}, "k": 8}) == []
     assert config_differences(stored, {"judge": {"model": "self", "endpoint": {"base_url": "x"}}, "k": 8}) != []
     assert config_differences({**stored, "old": 1}, {"judge": {"model": "self"}, "k": 8}) != []
+
+
+@pytest.mark.parametrize(("overrides", "margin"), [((), 0.05), (("reward.margin=0.005",), 0.005),
+                                                   (("reward.margin=0",), 0.0)])
+def test_a_judge_design_may_set_its_own_pair_margin(overrides, margin):
+    from selfplay.train import margin_of
+
+    s = train_settings(composed("+policy=tiny-llama", "reward=anchored", "margin=0.05", *overrides))
+    assert margin_of(s) == margin
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "true"])
+def test_a_design_margin_outside_0_1_is_refused_with_the_key(value):
+    with pytest.raises(ValueError, match=r"reward\.margin="):
+        train_settings(composed("+policy=tiny-llama", "reward=commit_first", f"reward.margin={value}"))
+
+
+def test_runs_of_one_design_with_different_margins_are_not_one_sweep():
+    from selfplay.runs import sweep_differences
+
+    a = OmegaConf.to_container(composed("+policy=tiny-llama", "reward=blind_solve", "reward.margin=0.005"), resolve=True)
+    b = OmegaConf.to_container(composed("+policy=tiny-llama", "reward=blind_solve", "seed=1"), resolve=True)
+    c = OmegaConf.to_container(composed("+policy=tiny-llama", "reward=decisive", "seed=1"), resolve=True)
+    assert sweep_differences(a, b, same_reward=True) == ["reward.margin: 0.005 -> None"]
+    assert sweep_differences(a, c, same_reward=False) == []
