@@ -1,6 +1,7 @@
 """The recipe diagnostics on a hand-written run: figures computed by hand from two environments."""
 
 import json
+import math
 
 from experiments.recipe_diagnostics import main, run_diagnostics
 from selfplay import artifacts as A
@@ -52,3 +53,14 @@ def test_json_output_and_a_run_without_iterations(tmp_path, capsys):
         assert "no complete iteration" in str(e)
     else:
         raise AssertionError("a run without iterations must be refused")
+
+
+def test_judge_spread_is_per_environment_gap_and_median_within_sd():
+    from experiments.judge_spread import spread
+
+    # environment 1: gap 0.2, sd sqrt(2/3)/10 = 0.08165; environment 2: a tie, sd 0; environment 3
+    # has one scored answer (the rest unscored) and says nothing about spread
+    out = spread([[0.5, 0.6, 0.7], [0.2, 0.2], [0.9]])
+    assert out["gaps"] == [0.0, 0.2]
+    assert math.isclose(out["median_within_sd"], (0.0816496580927726 + 0.0) / 2)
+    assert math.isclose(out["score_mean"], (0.5 + 0.6 + 0.7 + 0.2 + 0.2 + 0.9) / 6)
