@@ -55,7 +55,8 @@ class TrainConfig:
     temperature: float = field(default=1.0, metadata={"help": "τ: the policy's sampling temperature."})
     max_new_tokens: int = field(default=256, metadata={"help": "Token budget of each sampled answer."})
     margin: float = field(default=0.1, metadata={"help": (
-        "δ: the smallest chosen-minus-rejected score gap kept as a DPO pair (scores lie in [0, 1]).")})
+        "δ: the smallest chosen-minus-rejected score gap kept as a DPO pair (scores lie in [0, 1]); a "
+        "judge design's own reward.margin, where set, replaces it for that design.")})
     beta: float = field(default=0.1, metadata={"help": "DPO β."})
     learning_rate: float = field(default=5.0e-5, metadata={"help": "DPO learning rate of the LoRA adapter."})
     epochs: int = field(default=1, metadata={"help": "Passes of DPO over one iteration's pairs."})

@@ -331,8 +331,8 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
 
                 sampled_cut = [[c for c, src in zip(env, s, strict=True) if src == "policy"]
                                for env, s in zip(cut, sources, strict=True)]
-                metrics = (judge_metrics(verdicts) | counts.as_metrics() | sample_metrics(sampled_cut)
-                           | train_metrics | times)
+                metrics = (judge_metrics(verdicts) | counts.as_metrics() | {"pairs/margin": margin_of(settings)}
+                           | sample_metrics(sampled_cut) | train_metrics | times)
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, sources, verdicts, pairs, reasons, metrics,
                                 resolved)

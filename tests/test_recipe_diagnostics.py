@@ -58,9 +58,15 @@ def test_json_output_and_a_run_without_iterations(tmp_path, capsys):
 def test_judge_spread_is_per_environment_gap_and_median_within_sd():
     from experiments.judge_spread import spread
 
-    # environment 1: gap 0.2, sd sqrt(2/3)/10 = 0.08165; environment 2: a tie, sd 0; environment 3
-    # has one scored answer (the rest unscored) and says nothing about spread
-    out = spread([[0.5, 0.6, 0.7], [0.2, 0.2], [0.9]])
-    assert out["gaps"] == [0.0, 0.2]
-    assert math.isclose(out["median_within_sd"], (0.0816496580927726 + 0.0) / 2)
-    assert math.isclose(out["score_mean"], (0.5 + 0.6 + 0.7 + 0.2 + 0.2 + 0.9) / 6)
+    def row(task, answers, cut=None):
+        return {"task_id": task, "prompt": f"p{task}", "answers": answers, "truncated": cut or [False] * len(answers)}
+
+    rows = [row("a", ["x", "y", "z"]), row("b", ["u", "v"]), row("c", ["s", "t"]),
+            row("d", ["q", "r", "w"], cut=[False, False, True])]
+    # a: gap 0.2, sd sqrt(2/3)/10; b: a tie, sd 0; c: one answer unscored, so no spread and no pair;
+    # d: the cut answer scores highest, so it counts in the spread (gap 0.5) but the pair is 0.4 vs 0.3
+    out = spread(rows, [[0.5, 0.6, 0.7], [0.2, 0.2], [0.9, None], [0.3, 0.4, 0.8]], margin=0.15)
+    assert out["gaps"] == [0.0, 0.2, 0.5]
+    assert math.isclose(out["median_within_sd"], 0.0816496580927726)  # of 0.0816, 0, 0.2160
+    assert math.isclose(out["score_mean"], (0.5 + 0.6 + 0.7 + 0.2 + 0.2 + 0.9 + 0.3 + 0.4 + 0.8) / 9)
+    assert (out["paired"], out["environments"]) == (1, 4)  # a (0.2 >= 0.15); d's 0.1 is below δ

@@ -20,7 +20,8 @@ from selfplay.config import CONF_DIR
 
 OVERRIDES = [
     "+policy=tiny-llama", "reward=generic", "reward.min_verdict_mass=0.0", "logger=none",
-    "iterations=2", "k=2", "max_new_tokens=8", "max_train_envs=3", "margin=0.0",
+    "iterations=2", "k=2", "max_new_tokens=8", "max_train_envs=3",
+    "margin=1.0", "reward.margin=0.0",  # the design's own δ, not the run's, decides which pairs are kept
     "learning_rate=1e-3", "batch_size=3", "lora.r=4", "lora.alpha=8", "lora.target_modules=[q_proj,v_proj]",
     "pair_truncated=true",  # the random model never writes an end token within 8 tokens
 ]
@@ -108,6 +109,7 @@ def test_two_iterations_write_every_artifact(run_a):
         assert metrics["iteration"] == t
         assert m["sample/truncated_share"] == 1.0 and m["sample/answers"] == 6.0
         assert m["pairs/envs"] == 3 and m["pairs/kept"] == len(pairs)
+        assert m["pairs/margin"] == 0.0 and m["pairs/dropped_margin"] == 0
         assert len(pairs) + sum(m[f"pairs/dropped_{r}"] for r in ("nan", "tie", "margin", "identical", "truncated")) == 3
         assert set(metrics["pair_drops"]) == {g["task_id"] for g in gens} - {p["task_id"] for p in pairs}
         scores = {(j["task_id"], j["index"]): j["score"] for j in judg}
