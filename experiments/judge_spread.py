@@ -56,5 +56,6 @@ def main(argv: list[str]) -> None:
     print(json.dumps({"reward": settings.reward_name, "iteration": t, "judge_s": round(time.perf_counter() - started),
                       **spread(rows, [[v.score for v in env] for env in verdicts], T.margin_of(settings))}))
 
+
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -296,6 +296,7 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
             # vLLM reads a saved adapter lazily from disk: point it at the final, renamed path
             policy.load_adapter(A.iteration_dir(run, 0) / "adapter")
 
+        margin = margin_of(settings)
         for t in range((state.last or 0) + 1, tr.iterations + 1):
             started, times = time.perf_counter(), {}
             with A.writing_iteration(run, t) as dest:
@@ -308,9 +309,9 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
                 scores = [[v.score for v in env] for env in verdicts]
                 cut = [[is_truncated(x) for x in env] for env in answers]
                 if candidates_of(settings) == "labelled":
-                    pairs, counts, reasons = all_pairs(task_ids, prompts_of, answers, scores, margin_of(settings))
+                    pairs, counts, reasons = all_pairs(task_ids, prompts_of, answers, scores, margin)
                 else:
-                    pairs, counts, reasons = build_pairs(task_ids, prompts_of, answers, scores, margin_of(settings),
+                    pairs, counts, reasons = build_pairs(task_ids, prompts_of, answers, scores, margin,
                                                          truncated=None if tr.pair_truncated else cut)
                 pairs, counts, reasons = subsample(pairs, counts, reasons, task_ids, tr.max_pairs,
                                                    derive_seed(tr.seed, PAIRS, t))
@@ -331,7 +332,7 @@ def _train(settings: Settings, resolved: dict, envs: list[Environment], run: Pat
 
                 sampled_cut = [[c for c, src in zip(env, s, strict=True) if src == "policy"]
                                for env, s in zip(cut, sources, strict=True)]
-                metrics = (judge_metrics(verdicts) | counts.as_metrics() | {"pairs/margin": margin_of(settings)}
+                metrics = (judge_metrics(verdicts) | counts.as_metrics() | {"pairs/margin": margin}
                            | sample_metrics(sampled_cut) | train_metrics | times)
                 metrics["time/iteration_s"] = time.perf_counter() - started
                 write_iteration(dest, t, envs, prompts_of, answers, sources, verdicts, pairs, reasons, metrics,
