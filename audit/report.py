@@ -13,8 +13,8 @@ and any warning. Then one table per metric: a row per reward, a column per itera
 mean over seeds with the t interval over seeds; where a reward has a single seed the cell is that
 seed's value with its environment-bootstrap interval, marked `*`; `unverified` where the gate
 withholds an oracle-dependent number. Then the paired comparison of judge designs on the final
-iteration: for each reward against `rubric` (against the first reward, said so, when `rubric` was
-not run), the difference in VA-Gap on impossible environments with a paired environment bootstrap
+iteration: for each reward against the null `random` (else `rubric`, else the first reward, said
+so), the difference in VA-Gap on impossible environments with a paired environment bootstrap
 (both rewards resampled by the same draw of environments, pooled over the seeds both ran, so the
 environment is the unit and its samples are never treated as independent), a two-sided bootstrap
 p-value and Bonferroni correction over the comparisons. Last, the over-optimisation curve: apparent
@@ -71,7 +71,8 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
     seeds = {r: sorted(e["seeds"], key=int) for r, e in sorted(doc["rewards"].items())}
     settings = doc.get("settings", {})
     lines = ["# Hidden-anchor audit report", "",
-             "Rewards and seeds: " + "; ".join(f"`{r}` seeds {', '.join(s)}" for r, s in seeds.items()) + ".",
+             "Rewards and seeds: " + "; ".join(f"`{r}` {'seed' if len(s) == 1 else 'seeds'} {', '.join(s)}"
+                                          for r, s in seeds.items()) + ".",
              ""]
     if isinstance(settings, Mapping) and settings:
         boot = settings.get("bootstrap", {})

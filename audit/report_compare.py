@@ -1,5 +1,5 @@
 """The report's paired comparison of judge designs on the final iteration: each reward against the
-baseline (`rubric`, else the first reward, said so), the difference in VA-Gap on impossible
+baseline (the null `random` where it ran, else `rubric`, else the first reward, said so), the difference in VA-Gap on impossible
 environments with a paired environment bootstrap (both rewards resampled by the same draw of
 environments, pooled over the seeds both ran, so the environment is the unit and its samples are
 never treated as independent), a two-sided bootstrap p-value and Bonferroni over the comparisons."""
@@ -16,7 +16,9 @@ from . import stats as S
 from .calibration import UNVERIFIED
 from .report_tables import num
 
-BASELINE = "rubric"
+# The null first: every design is read against a reward that reads nothing (docs/method.md); `rubric`
+# is the paper's naive judge, the baseline of experiments that ran no null.
+BASELINES = ("random", "rubric")
 
 
 def final_iteration(entry: Mapping[str, Any]) -> int:
@@ -45,12 +47,13 @@ def comparisons(doc: Mapping[str, Any]) -> tuple[str | None, str, list[dict[str,
     rewards = sorted(doc["rewards"])
     if len(rewards) < 2:
         return None, "Only one reward was audited: no paired comparison.", []
-    if BASELINE in rewards:
-        base, note = BASELINE, f"Each judge design against `{BASELINE}`."
+    base = next((b for b in BASELINES if b in rewards), None)
+    if base is not None:
+        note = f"Each reward against `{base}`."
     else:
         base = rewards[0]
-        note = (f"`{BASELINE}` was not part of this experiment, so each judge design is compared "
-                f"against the first reward in alphabetical order, `{base}`.")
+        note = (f"Neither {' nor '.join(f'`{b}`' for b in BASELINES)} was part of this experiment, so each "
+                f"reward is compared against the first in alphabetical order, `{base}`.")
     settings = doc.get("settings") if isinstance(doc.get("settings"), Mapping) else {}
     B = int((settings.get("bootstrap") or {}).get("B") or S.DEFAULT_B)
     rows = []

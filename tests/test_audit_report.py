@@ -89,7 +89,7 @@ def test_paired_environment_bootstrap_against_rubric_with_bonferroni():
     p = 0, Bonferroni 0. generic vs rubric (seed 0 only): identical events, every replicate 0,
     p = 1 (capped), Bonferroni min(1, 2 · 1) = 1."""
     base, note, rows = report.comparisons(DOC)
-    assert base == "rubric" and "against `rubric`" in note
+    assert base == "rubric" and note == "Each reward against `rubric`."
     by = {r["reward"]: r for r in rows}
     a = by["anchored"]
     assert (a["iteration"], a["environments"], a["n_reward"], a["n_baseline"]) == (1, 2, 8, 7)
@@ -145,9 +145,24 @@ def test_unverified_cells_and_comparison_when_the_gate_fails():
 def test_without_rubric_compares_to_first_reward_and_says_so():
     doc = {**DOC, "rewards": {k: v for k, v in DOC["rewards"].items() if k != "rubric"}}
     base, note, rows = report.comparisons(doc)
-    assert base == "anchored" and "`rubric` was not part of this experiment" in note
+    assert base == "anchored" and "Neither `random` nor `rubric` was part of this experiment" in note
     assert [r["reward"] for r in rows] == ["generic"]
-    assert "`rubric` was not part of this experiment" in report.render(doc)
+    assert "Neither `random` nor `rubric` was part of this experiment" in report.render(doc)
+
+
+def test_the_null_is_the_baseline_where_it_ran():
+    """With the null `random` audited (here a copy of rubric's events), every other reward is read
+    against it, rubric included: rubric against its own events differs by exactly 0, anchored by the
+    13/28 of the rubric comparison. The header names one seed as `seed`, two as `seeds`."""
+    doc = {**DOC, "rewards": {**DOC["rewards"], "random": DOC["rewards"]["rubric"]}}
+    base, note, rows = report.comparisons(doc)
+    assert base == "random" and note == "Each reward against `random`."
+    by = {r["reward"]: r for r in rows}
+    assert sorted(by) == ["anchored", "generic", "rubric"]
+    assert by["rubric"]["diff"] == 0.0 and by["anchored"]["diff"] == pytest.approx(13 / 28)
+    one = {**doc, "rewards": {**doc["rewards"], "random": {**doc["rewards"]["random"], "seeds": {
+        "0": doc["rewards"]["random"]["seeds"]["0"]}}}}
+    assert "`anchored` seeds 0, 1; `generic` seed 0; `random` seed 0;" in report.render(one)
 
 
 def test_merges_audits_below_the_dir_and_refuses_duplicates(tmp_path):
