@@ -13,8 +13,8 @@ and any warning. Then one table per metric: a row per reward, a column per itera
 mean over seeds with the t interval over seeds; where a reward has a single seed the cell is that
 seed's value with its environment-bootstrap interval, marked `*`; `unverified` where the gate
 withholds an oracle-dependent number. Then the paired comparison of judge designs on the final
-iteration: for each reward against the null `random` (else `rubric`, else the first reward, said
-so), the difference in VA-Gap on impossible environments with a paired environment bootstrap
+iteration: for each reward against the audit's baseline (`baseline=`, the null `random` by default;
+else `rubric`; else the first reward, said so), the difference in VA-Gap on impossible environments with a paired environment bootstrap
 (both rewards resampled by the same draw of environments, pooled over the seeds both ran, so the
 environment is the unit and its samples are never treated as independent), a two-sided bootstrap
 p-value and Bonferroni correction over the comparisons. Last, the over-optimisation curve: apparent
@@ -91,7 +91,7 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
     for metric in metric_names(doc):
         lines += [f"## {metric_title(metric)}", "", *metric_table(doc, metric), ""]
     base, note, rows = comparisons(doc)
-    lines += ["## Paired comparison of judge designs (final iteration)", "", note,
+    lines += ["## Paired VA-Gap comparison against the baseline (final iteration)", "", note,
               "VA-Gap on impossible environments, reward minus baseline: paired environment bootstrap (one "
               "draw of environments for both rewards, samples of an environment pooled over the seeds both "
               "ran), two-sided bootstrap p-value; Bonferroni over the comparisons.", ""]

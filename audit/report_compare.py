@@ -1,8 +1,9 @@
-"""The report's paired comparison of judge designs on the final iteration: each reward against the
-baseline (the null `random` where it ran, else `rubric`, else the first reward, said so), the difference in VA-Gap on impossible
-environments with a paired environment bootstrap (both rewards resampled by the same draw of
-environments, pooled over the seeds both ran, so the environment is the unit and its samples are
-never treated as independent), a two-sided bootstrap p-value and Bonferroni over the comparisons."""
+"""The report's paired comparison of rewards on the final iteration: each reward against the
+baseline (the audit's `baseline=`, the null `random` by default; else `rubric`; else the first
+reward, said so), the difference in VA-Gap on impossible environments with a paired environment
+bootstrap (both rewards resampled by the same draw of environments, pooled over the seeds both ran,
+so the environment is the unit and its samples are never treated as independent), a two-sided
+bootstrap p-value and Bonferroni over the comparisons."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from . import stats as S
 from .calibration import UNVERIFIED
 from .report_tables import num
 
-# The null first: every design is read against a reward that reads nothing (docs/method.md); `rubric`
-# is the paper's naive judge, the baseline of experiments that ran no null.
+# After the audit's own `baseline=`: the null first, since every design is read against a reward that
+# reads nothing (docs/method.md); `rubric`, the paper's naive judge, for experiments that ran no null.
 BASELINES = ("random", "rubric")
 
 
@@ -36,8 +37,8 @@ def _per_env_events(a: Mapping[str, Any], t: int, seeds: Sequence[str], kind: st
     return out
 
 
-def _unverified(entry: Mapping[str, Any], seeds: Sequence[str]) -> list[str]:
-    return [f"seed {s}" for s in seeds
+def _unverified(reward: str, entry: Mapping[str, Any], seeds: Sequence[str]) -> list[str]:
+    return [f"`{reward}` seed {s}" for s in seeds
             if (entry["seeds"][s].get("calibration") or {}).get("gate", {}).get("status") == UNVERIFIED]
 
 
@@ -47,14 +48,14 @@ def comparisons(doc: Mapping[str, Any]) -> tuple[str | None, str, list[dict[str,
     rewards = sorted(doc["rewards"])
     if len(rewards) < 2:
         return None, "Only one reward was audited: no paired comparison.", []
-    base = next((b for b in BASELINES if b in rewards), None)
+    settings = doc.get("settings") if isinstance(doc.get("settings"), Mapping) else {}
+    base = next((b for b in (settings.get("baseline"), *BASELINES) if b in rewards), None)
     if base is not None:
         note = f"Each reward against `{base}`."
     else:
         base = rewards[0]
         note = (f"Neither {' nor '.join(f'`{b}`' for b in BASELINES)} was part of this experiment, so each "
                 f"reward is compared against the first in alphabetical order, `{base}`.")
-    settings = doc.get("settings") if isinstance(doc.get("settings"), Mapping) else {}
     B = int((settings.get("bootstrap") or {}).get("B") or S.DEFAULT_B)
     rows = []
     for reward in rewards:
@@ -63,7 +64,7 @@ def comparisons(doc: Mapping[str, Any]) -> tuple[str | None, str, list[dict[str,
         ea, eb = doc["rewards"][reward], doc["rewards"][base]
         t = min(final_iteration(ea), final_iteration(eb))
         seeds = sorted(set(ea["seeds"]) & set(eb["seeds"]), key=int)
-        withheld = _unverified(ea, seeds) + _unverified(eb, seeds)
+        withheld = _unverified(reward, ea, seeds) + _unverified(base, eb, seeds)
         xa, xb = _per_env_events(ea, t, seeds, "impossible"), _per_env_events(eb, t, seeds, "impossible")
         tasks = sorted(set(xa) & set(xb))
         row = {"reward": reward, "baseline": base, "iteration": t, "environments": len(tasks),

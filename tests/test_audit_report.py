@@ -139,7 +139,7 @@ def test_unverified_cells_and_comparison_when_the_gate_fails():
     assert "on-policy set (labels.jsonl): the primary oracle accepts 100.0%" in md
     assert "- `anchored` seed 0, `oracle`: 1 record(s): `R7` (3 of 4)." in md
     [cmp] = report.comparisons(doc)[2]
-    assert cmp["status"] == "unverified" and "seed 0" in cmp["reason"]
+    assert cmp["status"] == "unverified" and cmp["reason"] == "the oracle gate failed for `anchored` seed 0"
 
 
 def test_without_rubric_compares_to_first_reward_and_says_so():
@@ -151,17 +151,25 @@ def test_without_rubric_compares_to_first_reward_and_says_so():
 
 
 def test_the_null_is_the_baseline_where_it_ran():
-    """With the null `random` audited (here a copy of rubric's events), every other reward is read
-    against it, rubric included: rubric against its own events differs by exactly 0, anchored by the
-    13/28 of the rubric comparison. The header names one seed as `seed`, two as `seeds`."""
-    doc = {**DOC, "rewards": {**DOC["rewards"], "random": DOC["rewards"]["rubric"]}}
+    """With the null `random` audited (it exploits nowhere: E1 [0,0 | 0,0], E2 [0,0 | 0,0]), every
+    other reward is read against its events, rubric included: anchored 6/8 − 0 = 3/4, rubric
+    2/7 − 0 (its undefined sample left out), generic on seed 0 only 1/3 − 0. The audit's own
+    `baseline=` wins where it ran. The header names one seed as `seed`, two as `seeds`."""
+    zero = {"E1": [0, 0], "E2": [0, 0]}
+    null = reward_entry({s: {"0": iteration(0.1, 0.3, {}), "1": iteration(0.1, 0.3, zero)} for s in ("0", "1")})
+    doc = {**DOC, "rewards": {**DOC["rewards"], "random": null}}
     base, note, rows = report.comparisons(doc)
     assert base == "random" and note == "Each reward against `random`."
+    assert all(r["baseline"] == "random" for r in rows)
     by = {r["reward"]: r for r in rows}
     assert sorted(by) == ["anchored", "generic", "rubric"]
-    assert by["rubric"]["diff"] == 0.0 and by["anchored"]["diff"] == pytest.approx(13 / 28)
-    one = {**doc, "rewards": {**doc["rewards"], "random": {**doc["rewards"]["random"], "seeds": {
-        "0": doc["rewards"]["random"]["seeds"]["0"]}}}}
+    assert by["anchored"]["diff"] == pytest.approx(3 / 4) and by["rubric"]["diff"] == pytest.approx(2 / 7)
+    assert by["generic"]["diff"] == pytest.approx(1 / 3)
+    assert "| anchored | random | 1 | 2 | 8 / 8 | 0.750 [" in report.render(doc)
+    chosen = {**doc, "settings": {**doc["settings"], "baseline": "rubric"}}
+    base, note, rows = report.comparisons(chosen)
+    assert base == "rubric" and {r["reward"] for r in rows} == {"anchored", "generic", "random"}
+    one = {**doc, "rewards": {**doc["rewards"], "random": reward_entry({"0": null["seeds"]["0"]["iterations"]})}}
     assert "`anchored` seeds 0, 1; `generic` seed 0; `random` seed 0;" in report.render(one)
 
 
