@@ -135,20 +135,38 @@ def kl_points(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+MARKERS = "osD^vP*X"
+
+
+def run_style(rewards: Sequence[str], reward: str, seed_rank: int) -> tuple[str, str]:
+    """(colour, marker) of one reward × seed line: a colour per reward and a marker per seed, so a
+    sweep of many runs stays readable where a colour per line would repeat after ten."""
+    return f"C{sorted(rewards).index(reward) % 10}", MARKERS[seed_rank % len(MARKERS)]
+
+
+def _seed_ranks(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    ranks: dict[tuple[str, str], int] = {}
+    for reward, seed in sorted(keys, key=lambda k: (k[0], int(k[1]))):
+        ranks[(reward, seed)] = sum(1 for r, _ in ranks if r == reward)
+    return ranks
+
+
 def kl_curve(doc: Mapping[str, Any], path: Path) -> Path:
     """Apparent (dashed) and verified (solid) success on impossible environments against √KL, one
     colour per reward × seed: what the judge believes against what is true as π_t leaves π_0."""
     pts = kl_points(doc)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     withheld = sorted({f"{p['reward']} seed {p['seed']}" for p in pts if p["verified_status"] == "unverified"})
-    for i, key in enumerate(sorted({(p["reward"], p["seed"]) for p in pts})):
+    keys = sorted({(p["reward"], p["seed"]) for p in pts})
+    ranks = _seed_ranks(keys)
+    for key in keys:
         run = sorted((p for p in pts if (p["reward"], p["seed"]) == key), key=lambda p: p["t"])
         xs = [p["sqrt_kl"] for p in run]
-        color = f"C{i % 10}"
-        ax.plot(xs, [_nan(p["apparent"]) for p in run], "--o", color=color,
+        color, marker = run_style([r for r, _ in keys], key[0], ranks[key])
+        ax.plot(xs, [_nan(p["apparent"]) for p in run], "--", marker=marker, color=color, mfc="none",
                 label=f"{key[0]} seed {key[1]}: apparent")
         if all(p["verified_status"] != "unverified" for p in run):
-            ax.plot(xs, [_nan(p["verified"]) for p in run], "-s", color=color,
+            ax.plot(xs, [_nan(p["verified"]) for p in run], "-", marker=marker, color=color,
                     label=f"{key[0]} seed {key[1]}: verified")
     if withheld:
         ax.text(0.02, 0.02, "verified success unverified (oracle gate failed) for: " + _wrap(", ".join(withheld), 60),
@@ -169,17 +187,19 @@ def probe_curve(doc: Mapping[str, Any], path: Path, metric: str = "pref_margin/i
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.2))
     runs = [(r, sd, s) for r, e in sorted(doc["rewards"].items())
             for sd, s in sorted(e["seeds"].items(), key=lambda kv: int(kv[0]))]
-    for i, (reward, seed, s) in enumerate(runs):
+    ranks = _seed_ranks([(r, sd) for r, sd, _ in runs])
+    for reward, seed, s in runs:
         xs, val, lo, hi = _series(s, metric)
-        color, label = f"C{i % 10}", f"{reward} seed {seed}"
-        left.plot(xs, val, "-o", color=color, label=label)
+        color, marker = run_style(list(doc["rewards"]), reward, ranks[(reward, seed)])
+        label = f"{reward} seed {seed}"
+        left.plot(xs, val, "-", marker=marker, color=color, label=label)
         left.fill_between(xs, lo, hi, color=color, alpha=0.15)
         kl = [_nan((s["iterations"][str(t)]["metrics"].get("kl/per_answer") or {}).get("value")) for t in xs]
         keep = [j for j, k in enumerate(kl) if k == k]
         if keep:
             right.errorbar([max(kl[j], 0.0) ** 0.5 for j in keep], [val[j] for j in keep],
                            yerr=[[val[j] - lo[j] for j in keep], [hi[j] - val[j] for j in keep]],
-                           fmt="-o", color=color, capsize=2, label=label)
+                           fmt=f"-{marker}", color=color, capsize=2, label=label)
     for ax, xlabel in ((left, "iteration t"), (right, "√KL(π_t ‖ π_0)  (nats per answer, audit samples)")):
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_xlabel(xlabel)

@@ -212,3 +212,20 @@ def test_training_table_reads_each_checkpoints_metrics(tmp_path):
     rows = [line for line in section.splitlines() if line.startswith("| generic |")]
     assert rows == ["| generic | 0 | 1 | 17 | 17 | 10 | 0.563 | — | — | 0.335 | — | — | 0.097 | — | — | 1 tie |"]
     assert md.index("## Training per iteration") < md.index("`va_gap/impossible`")
+
+
+def test_a_sweep_of_many_runs_keeps_one_colour_per_reward_and_a_marker_per_seed():
+    """Six rewards × up to three seeds (the judge-design experiment's eleven runs): the runs of a
+    reward share its colour and differ in marker, and no two runs share both — a colour per line
+    would give the eleventh run the first one's colour."""
+    from audit.figures import _seed_ranks, run_style
+
+    runs = [(r, s) for r, n in (("anchored", 1), ("blind_solve", 1), ("commit_first", 1), ("decisive", 3),
+                               ("oracle_verdict", 2), ("random", 3)) for s in map(str, range(n))]
+    ranks = _seed_ranks(runs)
+    rewards = sorted({r for r, _ in runs})
+    styles = {run: run_style(rewards, run[0], ranks[run]) for run in runs}
+    assert len(set(styles.values())) == len(runs) == 11
+    assert styles[("anchored", "0")] == ("C0", "o") and styles[("random", "2")] == ("C5", "D")
+    assert {styles[("decisive", s)][0] for s in "012"} == {"C3"}
+    assert styles[("random", "0")][0] != styles[("anchored", "0")][0]
