@@ -138,31 +138,30 @@ def kl_points(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
 MARKERS = "osD^vP*X"
 
 
-def run_style(rewards: Sequence[str], reward: str, seed_rank: int) -> tuple[str, str]:
-    """(colour, marker) of one reward × seed line: a colour per reward and a marker per seed, so a
-    sweep of many runs stays readable where a colour per line would repeat after ten."""
-    return f"C{sorted(rewards).index(reward) % 10}", MARKERS[seed_rank % len(MARKERS)]
-
-
-def _seed_ranks(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    ranks: dict[tuple[str, str], int] = {}
-    for reward, seed in sorted(keys, key=lambda k: (k[0], int(k[1]))):
-        ranks[(reward, seed)] = sum(1 for r, _ in ranks if r == reward)
-    return ranks
+def run_styles(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(reward, seed) -> (colour, marker): a colour per reward and a marker per seed (in seed order),
+    so a sweep of many runs stays readable where a colour per line would repeat after ten."""
+    rewards = sorted({r for r, _ in keys})
+    styles: dict[tuple[str, str], tuple[str, str]] = {}
+    for reward in rewards:
+        seeds = sorted({sd for r, sd in keys if r == reward}, key=int)
+        for rank, seed in enumerate(seeds):
+            styles[(reward, seed)] = (f"C{rewards.index(reward) % 10}", MARKERS[rank % len(MARKERS)])
+    return styles
 
 
 def kl_curve(doc: Mapping[str, Any], path: Path) -> Path:
-    """Apparent (dashed) and verified (solid) success on impossible environments against √KL, one
-    colour per reward × seed: what the judge believes against what is true as π_t leaves π_0."""
+    """Apparent (dashed) and verified (solid) success on impossible environments against √KL, a
+    colour per reward and a marker per seed: what the judge believes against what is true as π_t leaves π_0."""
     pts = kl_points(doc)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     withheld = sorted({f"{p['reward']} seed {p['seed']}" for p in pts if p["verified_status"] == "unverified"})
     keys = sorted({(p["reward"], p["seed"]) for p in pts})
-    ranks = _seed_ranks(keys)
+    styles = run_styles(keys)
     for key in keys:
         run = sorted((p for p in pts if (p["reward"], p["seed"]) == key), key=lambda p: p["t"])
         xs = [p["sqrt_kl"] for p in run]
-        color, marker = run_style([r for r, _ in keys], key[0], ranks[key])
+        color, marker = styles[key]
         ax.plot(xs, [_nan(p["apparent"]) for p in run], "--", marker=marker, color=color, mfc="none",
                 label=f"{key[0]} seed {key[1]}: apparent")
         if all(p["verified_status"] != "unverified" for p in run):
@@ -187,10 +186,10 @@ def probe_curve(doc: Mapping[str, Any], path: Path, metric: str = "pref_margin/i
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.2))
     runs = [(r, sd, s) for r, e in sorted(doc["rewards"].items())
             for sd, s in sorted(e["seeds"].items(), key=lambda kv: int(kv[0]))]
-    ranks = _seed_ranks([(r, sd) for r, sd, _ in runs])
+    styles = run_styles([(r, sd) for r, sd, _ in runs])
     for reward, seed, s in runs:
         xs, val, lo, hi = _series(s, metric)
-        color, marker = run_style(list(doc["rewards"]), reward, ranks[(reward, seed)])
+        color, marker = styles[(reward, seed)]
         label = f"{reward} seed {seed}"
         left.plot(xs, val, "-", marker=marker, color=color, label=label)
         left.fill_between(xs, lo, hi, color=color, alpha=0.15)

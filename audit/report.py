@@ -12,13 +12,13 @@ reject-valid rates on the labelled answers (audit.calibration), the gate's verdi
 and any warning. Then one table per metric: a row per reward, a column per iteration, each cell the
 mean over seeds with the t interval over seeds; where a reward has a single seed the cell is that
 seed's value with its environment-bootstrap interval, marked `*`; `unverified` where the gate
-withholds an oracle-dependent number. Then the paired comparison of judge designs on the final
-iteration: for each reward against the audit's baseline (`baseline=`, the null `random` by default;
-else `rubric`; else the first reward, said so), the difference in VA-Gap on impossible environments with a paired environment bootstrap
-(both rewards resampled by the same draw of environments, pooled over the seeds both ran, so the
-environment is the unit and its samples are never treated as independent), a two-sided bootstrap
-p-value and Bonferroni correction over the comparisons. Last, the over-optimisation curve: apparent
-and verified success on impossible environments against √KL(π_t ‖ π_0).
+withholds an oracle-dependent number. Then the paired comparison of rewards on the final iteration:
+for each reward against the audit's baseline (`baseline=`, the null `random` by default; else
+`rubric`; else the first reward, said so), the difference in VA-Gap on impossible environments with
+a paired environment bootstrap (both rewards resampled by the same draw of environments, pooled
+over the seeds both ran, so the environment is the unit and its samples are never treated as
+independent), a two-sided bootstrap p-value and Bonferroni correction over the comparisons. Last,
+the over-optimisation curve: apparent and verified success on impossible environments against √KL(π_t ‖ π_0).
 """
 
 from __future__ import annotations

@@ -15,11 +15,12 @@ import numpy as np
 
 from . import stats as S
 from .calibration import UNVERIFIED
+from .contrasts import DEFAULT_BASELINE
 from .report_tables import num
 
 # After the audit's own `baseline=`: the null first, since every design is read against a reward that
 # reads nothing (docs/method.md); `rubric`, the paper's naive judge, for experiments that ran no null.
-BASELINES = ("random", "rubric")
+BASELINES = (DEFAULT_BASELINE, "rubric")
 
 
 def final_iteration(entry: Mapping[str, Any]) -> int:

@@ -218,13 +218,11 @@ def test_a_sweep_of_many_runs_keeps_one_colour_per_reward_and_a_marker_per_seed(
     """Six rewards × up to three seeds (the judge-design experiment's eleven runs): the runs of a
     reward share its colour and differ in marker, and no two runs share both — a colour per line
     would give the eleventh run the first one's colour."""
-    from audit.figures import _seed_ranks, run_style
+    from audit.figures import run_styles
 
     runs = [(r, s) for r, n in (("anchored", 1), ("blind_solve", 1), ("commit_first", 1), ("decisive", 3),
                                ("oracle_verdict", 2), ("random", 3)) for s in map(str, range(n))]
-    ranks = _seed_ranks(runs)
-    rewards = sorted({r for r, _ in runs})
-    styles = {run: run_style(rewards, run[0], ranks[run]) for run in runs}
+    styles = run_styles(runs)
     assert len(set(styles.values())) == len(runs) == 11
     assert styles[("anchored", "0")] == ("C0", "o") and styles[("random", "2")] == ("C5", "D")
     assert {styles[("decisive", s)][0] for s in "012"} == {"C3"}
