@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 from experiments.recipe_diagnostics import main, run_diagnostics
 from selfplay import artifacts as A
@@ -70,3 +71,43 @@ def test_judge_spread_is_per_environment_gap_and_median_within_sd():
     assert math.isclose(out["median_within_sd"], 0.0816496580927726)  # of 0.0816, 0, 0.2160
     assert math.isclose(out["score_mean"], (0.5 + 0.6 + 0.7 + 0.2 + 0.2 + 0.9 + 0.3 + 0.4 + 0.8) / 9)
     assert (out["paired"], out["environments"]) == (1, 4)  # a (0.2 >= 0.15); d's 0.1 is below δ
+
+
+def test_authored_pairs_are_read_against_their_oracle_labels(tmp_path):
+    run = tmp_path / "run"
+    with A.writing_iteration(run, 0):
+        pass
+    with A.writing_iteration(run, 1) as d:
+        A.write_jsonl(d / "generations.jsonl", [{"task_id": "imp", "kind": "impossible", "prompt": "q",
+                                                  "answers": [HONEST, MADE_UP, "half"], "truncated": [False] * 3,
+                                                  "sources": ["labelled"] * 3}])
+        A.write_jsonl(d / "pairs.jsonl", [
+            {"task_id": "imp", "chosen": MADE_UP, "rejected": HONEST},  # valid vs invalid: invalid chosen
+            {"task_id": "imp", "chosen": HONEST, "rejected": MADE_UP},  # valid chosen
+            {"task_id": "imp", "chosen": MADE_UP, "rejected": "half"},  # partially valid: not a contrast
+            {"task_id": "imp", "chosen": "a sample", "rejected": HONEST},  # unlabelled: not a contrast
+        ])
+    labels = {HONEST: "valid", MADE_UP: "invalid", "half": "partially_valid"}
+    d = run_diagnostics(run, labels)[1]
+    assert d["pairs_valid_vs_invalid"] == 2
+    assert d["pairs_valid_vs_invalid_chosen_valid"] == 0.5
+    assert "pairs_valid_vs_invalid" not in run_diagnostics(run)[1]  # without --data, no label figures
+
+
+def test_bad_data_path_is_one_line_naming_it(tmp_path):
+    write_run(tmp_path / "run")
+    try:
+        main([str(tmp_path / "run"), "--data", str(tmp_path / "nowhere")])
+    except SystemExit as e:
+        msg = str(e)
+        assert "--data" in msg and "nowhere" in msg and "\n" not in msg
+    else:
+        raise AssertionError("a missing --data directory must be refused")
+
+
+def test_labels_of_the_bundled_environments():
+    from experiments.recipe_diagnostics import answer_labels
+
+    labels = answer_labels(Path(__file__).resolve().parents[1] / "data" / "mini")
+    assert set(labels.values()) <= {"valid", "invalid", "partially_valid"}
+    assert {"valid", "invalid"} <= set(labels.values())
