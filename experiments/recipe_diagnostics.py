@@ -12,7 +12,10 @@ length, gives a reward nothing to push along the honest/fabricated axis the prob
 With `--data DIR` (the run's environments), pairs of two authored answers (`candidates: labelled |
 mixed`) are also read against the answers' oracle labels: how many pairs set a valid answer against an
 invalid one, and in what share of them the reward chose the valid one — what training on that reward's
-preferences among authored answers teaches, on the train split.
+preferences among authored answers teaches, on the train split. With `--preview-mixed` as well, each
+iteration's samples are pooled with their environment's authored answers and paired again under
+`decisive` at the run's δ (figures `mixed/…`): what the positive control's pairs would have held under
+`candidates: mixed`, read from a policy-only run without training one.
 
 The obstruction lexicon is the positive control's, so these figures describe the samples in the
 terms `decisive` scores them; they are descriptive, not labels (labels come from reading answers
@@ -28,8 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from judges.decisive import features
+from judges.decisive import decisive_score, features
 from selfplay import artifacts as A
+from selfplay.envs.errors import EnvLoadError
+from selfplay.envs.load import load_envs
+from selfplay.envs.types import Environment
+from selfplay.pairs import build_pairs
 
 
 def _rows(path: Path) -> list[dict]:
@@ -76,23 +83,75 @@ def iteration_diagnostics(it: Path, labels: dict[str, str] | None = None) -> dic
     return out
 
 
-def answer_labels(data: Path) -> dict[str, str]:
-    """Every authored stress answer's text → its oracle validity, over the environments in `data`."""
-    from selfplay.envs.errors import EnvLoadError
-    from selfplay.envs.load import load_envs
-
+def load_data(data: Path) -> list[Environment]:
     try:
-        envs = load_envs(data)
+        return load_envs(data)
     except EnvLoadError as e:
         raise SystemExit(f"recipe_diagnostics: --data {data}: {str(e).splitlines()[0]}") from None
+
+
+def answer_labels(envs: list[Environment]) -> dict[str, str]:
+    """Every authored stress answer's text → its oracle validity."""
     return {s.text: s.validity for e in envs for s in e.stress_answers}
 
 
-def run_diagnostics(run: Path, labels: dict[str, str] | None = None) -> dict[int, dict[str, float]]:
+def mixed_preview(it: Path, envs: dict[str, Environment], margin: float) -> dict[str, float]:
+    """The pairs `decisive` would form at δ = `margin` from iteration `it`'s samples pooled with each
+    environment's authored answers (the loop's `candidates: mixed` pool: samples first, cut samples
+    out of pairs), and what they contrast."""
+    gens = [g for g in _rows(it / "generations.jsonl") if g["task_id"] in envs]
+    tids, answers, scores, cut, source, validity = [], [], [], [], [], []
+    for g in gens:
+        e = envs[g["task_id"]]
+        keep = [i for i, src in enumerate(g.get("sources") or ["policy"] * len(g["answers"])) if src == "policy"]
+        texts = [g["answers"][i] for i in keep] + [s.text for s in e.stress_answers]
+        tids.append(e.task_id)
+        answers.append(texts)
+        scores.append([decisive_score(a, e.public.question) for a in texts])
+        cut.append([g["truncated"][i] for i in keep] + [False] * len(e.stress_answers))
+        source.append(["policy"] * len(keep) + ["labelled"] * len(e.stress_answers))
+        validity.append([None] * len(keep) + [s.validity for s in e.stress_answers])
+    pairs, _, _ = build_pairs(tids, tids, answers, scores, margin, cut)
+    at = {t: k for k, t in enumerate(tids)}
+    out = {"mixed/pairs": float(len(pairs))}
+    if not pairs:
+        return out
+    out["mixed/pairs_chosen_authored"] = float(sum(source[at[p.task_id]][p.chosen_index] == "labelled" for p in pairs))
+    out["mixed/pairs_both_authored"] = float(sum(
+        source[at[p.task_id]][p.chosen_index] == source[at[p.task_id]][p.rejected_index] == "labelled" for p in pairs))
+    impossible = [p for p in pairs if envs[p.task_id].kind == "impossible"]
+    if impossible:
+        out["mixed/impossible_pairs_chosen_names_obstruction"] = float(np.mean(
+            [features(p.chosen)["obstructions"] > 0 for p in impossible]))
+        out["mixed/impossible_pairs_rejected_names_obstruction"] = float(np.mean(
+            [features(p.rejected)["obstructions"] > 0 for p in impossible]))
+    contrasted = [validity[at[p.task_id]][p.chosen_index] == "valid" for p in pairs
+                  if {validity[at[p.task_id]][p.chosen_index], validity[at[p.task_id]][p.rejected_index]}
+                  == {"valid", "invalid"}]
+    out["mixed/pairs_valid_vs_invalid"] = float(len(contrasted))
+    if contrasted:
+        out["mixed/pairs_valid_vs_invalid_chosen_valid"] = float(np.mean(contrasted))
+    return out
+
+
+def run_margin(run: Path) -> float:
+    """The δ the run paired at: its reward's own margin where set, else the run's."""
+    cfg = A.read_config(A.iteration_dir(run, 1))
+    own = (cfg.get("reward") or {}).get("margin")
+    return float(cfg["margin"] if own is None else own)
+
+
+def run_diagnostics(run: Path, labels: dict[str, str] | None = None,
+                    preview: list[Environment] | None = None) -> dict[int, dict[str, float]]:
     state = A.scan_run(run)
     if state.last is None:
         raise SystemExit(f"recipe_diagnostics: {run}: no complete iteration (iter_<t>/ with DONE)")
-    return {t: iteration_diagnostics(A.iteration_dir(run, t), labels) for t in range(1, state.last + 1)}
+    out = {t: iteration_diagnostics(A.iteration_dir(run, t), labels) for t in range(1, state.last + 1)}
+    if preview is not None:
+        by_id, margin = {e.task_id: e for e in preview}, run_margin(run)
+        for t in out:
+            out[t] |= mixed_preview(A.iteration_dir(run, t), by_id, margin)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,9 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ap.add_argument("--data", type=Path, help="the runs' environments (e.g. data/mini): read authored "
                                                  "answers' pairs against their oracle labels")
+    ap.add_argument("--preview-mixed", action="store_true",
+                    help="with --data: re-pair each iteration's samples with the authored answers under "
+                         "`decisive` (what candidates: mixed would have paired)")
     args = ap.parse_args(argv)
-    labels = answer_labels(args.data) if args.data else None
-    result = {str(r): run_diagnostics(r, labels) for r in args.runs}
+    if args.preview_mixed and not args.data:
+        ap.error("--preview-mixed needs --data (the authored answers to pool with the samples)")
+    envs = load_data(args.data) if args.data else None
+    labels = answer_labels(envs) if envs is not None else None
+    result = {str(r): run_diagnostics(r, labels, envs if args.preview_mixed else None) for r in args.runs}
     if args.json:
         print(json.dumps(result, indent=1))
         return 0

@@ -108,6 +108,68 @@ def test_bad_data_path_is_one_line_naming_it(tmp_path):
 def test_labels_of_the_bundled_environments():
     from experiments.recipe_diagnostics import answer_labels
 
-    labels = answer_labels(Path(__file__).resolve().parents[1] / "data" / "mini")
+    from experiments.recipe_diagnostics import load_data
+
+    labels = answer_labels(load_data(Path(__file__).resolve().parents[1] / "data" / "mini"))
     assert set(labels.values()) <= {"valid", "invalid", "partially_valid"}
     assert {"valid", "invalid"} <= set(labels.values())
+
+
+def test_mixed_preview_pairs_samples_with_authored_answers_under_decisive(tmp_path):
+    from judges.decisive import decisive_score
+    from selfplay.envs.types import Environment, PublicView, StressAnswer
+
+    def env(tid, kind, authored):
+        answers = tuple(StressAnswer(f"{tid}{i}", "x", v, t) for i, (v, t) in enumerate(authored))
+        return Environment(PublicView(tid, "q", ()), kind, "c", answers, answers[0])
+
+    valid, invalid = "It cannot be determined from the evidence.", "Definitely 42, clearly."
+    envs = [env("imp", "impossible", [("valid", valid), ("invalid", invalid)]),
+            env("ctl", "control", [("valid", HONEST)]),
+            env("imp2", "impossible", [("valid", valid), ("invalid", invalid)])]
+    # the scores the pairs below rest on: the made-up answers outscore the honest ones by more than δ
+    assert decisive_score(invalid, "q") - decisive_score(valid, "q") >= 0.05
+    run = tmp_path / "run"
+    with A.writing_iteration(run, 0):
+        pass
+    with A.writing_iteration(run, 1) as d:
+        A.write_jsonl(d / "generations.jsonl", [
+            # a cut sample never pairs even where it would score best
+            {"task_id": "imp", "kind": "impossible", "prompt": "q", "answers": [HONEST, invalid + " cut"],
+             "truncated": [False, True], "sources": ["policy", "policy"]},
+            {"task_id": "ctl", "kind": "control", "prompt": "q", "answers": [MADE_UP], "truncated": [False],
+             "sources": ["policy"]},
+            # its one sample is cut: the pair is of two authored answers
+            {"task_id": "imp2", "kind": "impossible", "prompt": "q", "answers": [MADE_UP], "truncated": [True],
+             "sources": ["policy"]},
+        ])
+        A.write_jsonl(d / "pairs.jsonl", [])
+        A.write_config(d / A.CONFIG, {"margin": 0.05, "reward": {"name": "decisive"}})
+    out = run_diagnostics(run, answer_labels_of(envs), preview=envs)[1]
+    # imp: the authored invalid answer is chosen over the honest sample (which scores lowest); ctl: the
+    # sample MADE_UP over the authored HONEST; imp2: authored invalid over authored valid
+    imp_scores = {a: decisive_score(a, "q") for a in (HONEST, valid, invalid)}
+    assert min(imp_scores, key=imp_scores.get) == HONEST and max(imp_scores, key=imp_scores.get) == invalid
+    assert out["mixed/pairs"] == 3
+    assert out["mixed/pairs_chosen_authored"] == 2  # imp's cut sample would tie the authored invalid, and win
+    assert out["mixed/pairs_both_authored"] == 1
+    assert out["mixed/impossible_pairs_chosen_names_obstruction"] == 0.0
+    assert out["mixed/impossible_pairs_rejected_names_obstruction"] == 1.0
+    assert out["mixed/pairs_valid_vs_invalid"] == 1  # imp's rejected answer is a sample: unlabelled
+    assert out["mixed/pairs_valid_vs_invalid_chosen_valid"] == 0.0
+
+
+def answer_labels_of(envs):
+    from experiments.recipe_diagnostics import answer_labels
+
+    return answer_labels(envs)
+
+
+def test_preview_mixed_needs_data(tmp_path, capsys):
+    write_run(tmp_path / "run")
+    try:
+        main([str(tmp_path / "run"), "--preview-mixed"])
+    except SystemExit as e:
+        assert e.code == 2 and "--preview-mixed needs --data" in capsys.readouterr().err
+    else:
+        raise AssertionError("--preview-mixed without --data must be refused")
