@@ -98,12 +98,19 @@ def answer_labels(envs: list[Environment]) -> dict[str, str]:
 def mixed_preview(it: Path, envs: dict[str, Environment], margin: float) -> dict[str, float]:
     """The pairs `decisive` would form at δ = `margin` from iteration `it`'s samples pooled with each
     environment's authored answers (the loop's `candidates: mixed` pool: samples first, cut samples
-    out of pairs), and what they contrast."""
-    gens = [g for g in _rows(it / "generations.jsonl") if g["task_id"] in envs]
+    out of pairs), and what they contrast; nothing for an iteration without samples (`labelled`)."""
+    gens = _rows(it / "generations.jsonl")
+    missing = sorted({g["task_id"] for g in gens} - set(envs))
+    if missing:
+        raise SystemExit(f"recipe_diagnostics: {it}: task(s) {', '.join(missing[:3])} not in --data; "
+                         "pass the environments the run trained on")
+    sources = [g.get("sources") or ["policy"] * len(g["answers"]) for g in gens]
+    if not any(src == "policy" for row in sources for src in row):
+        return {}
     tids, answers, scores, cut, source, validity = [], [], [], [], [], []
-    for g in gens:
+    for g, row in zip(gens, sources, strict=True):
         e = envs[g["task_id"]]
-        keep = [i for i, src in enumerate(g.get("sources") or ["policy"] * len(g["answers"])) if src == "policy"]
+        keep = [i for i, src in enumerate(row) if src == "policy"]
         texts = [g["answers"][i] for i in keep] + [s.text for s in e.stress_answers]
         tids.append(e.task_id)
         answers.append(texts)
@@ -134,21 +141,15 @@ def mixed_preview(it: Path, envs: dict[str, Environment], margin: float) -> dict
     return out
 
 
-def run_margin(run: Path) -> float:
-    """The δ the run paired at: its reward's own margin where set, else the run's."""
-    cfg = A.read_config(A.iteration_dir(run, 1))
-    own = (cfg.get("reward") or {}).get("margin")
-    return float(cfg["margin"] if own is None else own)
-
-
 def run_diagnostics(run: Path, labels: dict[str, str] | None = None,
                     preview: list[Environment] | None = None) -> dict[int, dict[str, float]]:
     state = A.scan_run(run)
     if state.last is None:
         raise SystemExit(f"recipe_diagnostics: {run}: no complete iteration (iter_<t>/ with DONE)")
     out = {t: iteration_diagnostics(A.iteration_dir(run, t), labels) for t in range(1, state.last + 1)}
-    if preview is not None:
-        by_id, margin = {e.task_id: e for e in preview}, run_margin(run)
+    if preview is not None and out:
+        # `decisive` takes no margin of its own: it pairs at the run's δ, whatever the run's reward
+        by_id, margin = {e.task_id: e for e in preview}, float(A.read_config(A.iteration_dir(run, 0))["margin"])
         for t in out:
             out[t] |= mixed_preview(A.iteration_dir(run, t), by_id, margin)
     return out

@@ -4,7 +4,7 @@ import json
 import math
 from pathlib import Path
 
-from experiments.recipe_diagnostics import main, run_diagnostics
+from experiments.recipe_diagnostics import answer_labels, main, mixed_preview, run_diagnostics
 from selfplay import artifacts as A
 
 HONEST = "The packet does not show the total, so it cannot be determined."  # 2 obstruction phrases
@@ -106,8 +106,6 @@ def test_bad_data_path_is_one_line_naming_it(tmp_path):
 
 
 def test_labels_of_the_bundled_environments():
-    from experiments.recipe_diagnostics import answer_labels
-
     from experiments.recipe_diagnostics import load_data
 
     labels = answer_labels(load_data(Path(__file__).resolve().parents[1] / "data" / "mini"))
@@ -130,13 +128,17 @@ def test_mixed_preview_pairs_samples_with_authored_answers_under_decisive(tmp_pa
     # the scores the pairs below rest on: the made-up answers outscore the honest ones by more than δ
     assert decisive_score(invalid, "q") - decisive_score(valid, "q") >= 0.05
     run = tmp_path / "run"
-    with A.writing_iteration(run, 0):
-        pass
+    with A.writing_iteration(run, 0) as d:
+        # `decisive` pairs at the run's δ; a design's own margin (here one no pair clears) is not its
+        A.write_config(d / A.CONFIG, {"margin": 0.05, "reward": {"name": "anchored", "margin": 0.5}})
+    boast = "Yes. Definitely 42, clearly, certainly, undoubtedly."  # outscores every other answer
+    assert decisive_score(boast, "q") > decisive_score(invalid, "q")
     with A.writing_iteration(run, 1) as d:
         A.write_jsonl(d / "generations.jsonl", [
-            # a cut sample never pairs even where it would score best
-            {"task_id": "imp", "kind": "impossible", "prompt": "q", "answers": [HONEST, invalid + " cut"],
-             "truncated": [False, True], "sources": ["policy", "policy"]},
+            # a cut sample never pairs even where it would score best; an authored answer the run itself
+            # pooled is not a sample (the preview pools the environment's own authored answers)
+            {"task_id": "imp", "kind": "impossible", "prompt": "q", "answers": [HONEST, invalid + " cut", boast],
+             "truncated": [False, True, False], "sources": ["policy", "policy", "labelled"]},
             {"task_id": "ctl", "kind": "control", "prompt": "q", "answers": [MADE_UP], "truncated": [False],
              "sources": ["policy"]},
             # its one sample is cut: the pair is of two authored answers
@@ -144,8 +146,7 @@ def test_mixed_preview_pairs_samples_with_authored_answers_under_decisive(tmp_pa
              "sources": ["policy"]},
         ])
         A.write_jsonl(d / "pairs.jsonl", [])
-        A.write_config(d / A.CONFIG, {"margin": 0.05, "reward": {"name": "decisive"}})
-    out = run_diagnostics(run, answer_labels_of(envs), preview=envs)[1]
+    out = run_diagnostics(run, answer_labels(envs), preview=envs)[1]
     # imp: the authored invalid answer is chosen over the honest sample (which scores lowest); ctl: the
     # sample MADE_UP over the authored HONEST; imp2: authored invalid over authored valid
     imp_scores = {a: decisive_score(a, "q") for a in (HONEST, valid, invalid)}
@@ -157,12 +158,17 @@ def test_mixed_preview_pairs_samples_with_authored_answers_under_decisive(tmp_pa
     assert out["mixed/impossible_pairs_rejected_names_obstruction"] == 1.0
     assert out["mixed/pairs_valid_vs_invalid"] == 1  # imp's rejected answer is a sample: unlabelled
     assert out["mixed/pairs_valid_vs_invalid_chosen_valid"] == 0.0
-
-
-def answer_labels_of(envs):
-    from experiments.recipe_diagnostics import answer_labels
-
-    return answer_labels(envs)
+    # δ decides: imp2's gap (0.35) is the only one below 0.4
+    gaps = [decisive_score(invalid, "q") - decisive_score(a, "q") for a in (HONEST, valid)]
+    assert gaps[0] > 0.4 > gaps[1]
+    assert mixed_preview(run / "iter_1", {e.task_id: e for e in envs}, 0.4)["mixed/pairs"] == 2
+    # a task the environments lack is refused by name
+    try:
+        mixed_preview(run / "iter_1", {e.task_id: e for e in envs[:2]}, 0.05)
+    except SystemExit as e:
+        assert "imp2" in str(e) and "--data" in str(e)
+    else:
+        raise AssertionError("a task missing from --data must be refused")
 
 
 def test_preview_mixed_needs_data(tmp_path, capsys):
