@@ -129,14 +129,18 @@ RELEASE    ?= ../shared/impossible_rubrics
 JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
 JD_LABELLED := experiment_name=judge_designs_labelled reward.candidates=labelled max_pairs=32
 JD_AUDIT   := n=1 batch_size=32 probe_labelled=false 'iterations=[-1]' $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE) probe_data_name=release)
+# The self-play jobs of a recipe, $(1) its training command: the controls and the null first.
+define JD_JOBS
+	$(1) reward=decisive,random seed=0
+	$(1) reward=decisive,random seed=1
+	$(1) reward=decisive,random seed=2
+	$(1) reward=oracle_verdict seed=0,1
+	$(1) reward=anchored reward.margin=0.005 seed=0,1
+	$(1) reward=commit_first reward.margin=0.03 seed=0,1
+	$(1) reward=blind_solve reward.margin=0.005 seed=0,1
+endef
 experiment-train: install warm-start
-	$(JD_TRAIN) reward=decisive,random seed=0
-	$(JD_TRAIN) reward=decisive,random seed=1
-	$(JD_TRAIN) reward=decisive,random seed=2
-	$(JD_TRAIN) reward=oracle_verdict seed=0,1
-	$(JD_TRAIN) reward=anchored reward.margin=0.005 seed=0,1
-	$(JD_TRAIN) reward=commit_first reward.margin=0.03 seed=0,1
-	$(JD_TRAIN) reward=blind_solve reward.margin=0.005 seed=0,1
+	$(call JD_JOBS,$(JD_TRAIN))
 	$(JD_TRAIN) $(JD_LABELLED) reward=anchored reward.margin=0.005
 	$(JD_TRAIN) $(JD_LABELLED) reward=commit_first reward.margin=0.03
 	$(JD_TRAIN) $(JD_LABELLED) reward=blind_solve reward.margin=0.005
@@ -153,13 +157,7 @@ experiment: experiment-train
 MIXED    := outputs/judge_designs_mixed
 JD_MIXED := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs_mixed
 experiment-mixed: install warm-start
-	$(JD_MIXED) reward=decisive,random seed=0
-	$(JD_MIXED) reward=decisive,random seed=1
-	$(JD_MIXED) reward=decisive,random seed=2
-	$(JD_MIXED) reward=oracle_verdict seed=0,1
-	$(JD_MIXED) reward=anchored reward.margin=0.005 seed=0,1
-	$(JD_MIXED) reward=commit_first reward.margin=0.03 seed=0,1
-	$(JD_MIXED) reward=blind_solve reward.margin=0.005 seed=0,1
+	$(call JD_JOBS,$(JD_MIXED))
 	$(PY) -m audit.gap ckpt=$(MIXED) $(JD_AUDIT)
 	$(PY) -m audit.report $(MIXED)
 
