@@ -383,8 +383,10 @@ def preference(c: Context, d: Declared) -> MetricValue | None:
     envs = sorted(pref.per_env)
     vals = [getattr(pref.per_env[e], field) for e in envs]
     c.per_env[d.name] = dict(zip(envs, map(float, vals), strict=True))
-    # a mean over environments: the t interval holds its level at a dozen of them (audit.stats)
-    ci = S.cluster_t_ci(vals, np.ones(len(vals)), envs, alpha=st.alpha)
+    # a mean over environments: the t interval holds its level at a dozen of them (audit.stats); the
+    # accuracy is a share, whose interval stays in [0, 1] and does not collapse when no environment differs
+    ci = (S.share_t_ci(vals, envs, alpha=st.alpha) if field == "accuracy"
+          else S.cluster_t_ci(vals, np.ones(len(vals)), envs, alpha=st.alpha))
     return _from_ci(ci, getattr(pref, field), pref.n_pairs, pref.n_partial, pref.n_unscored)
 
 

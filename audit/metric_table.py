@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
+from functools import cache
 from typing import Any, NamedTuple
 
 from . import estimators as E
@@ -56,6 +57,7 @@ class Metric:
     kinds: tuple[str, ...] = ("",)  # environment kinds, one per name; "" = both kinds pooled
     reads: str = AT_T
     only_at: int | None = None  # computed at this iteration alone
+    bounds: tuple[float, float] | None = None  # the range its value lies in: intervals are cut to it
 
     def __post_init__(self) -> None:
         if self.rows not in ROWS or self.interval not in INTERVALS or self.reads not in (AT_T, DRIFT, SLOPE):
@@ -86,6 +88,8 @@ _T_MARGIN = "Preference probe: margin Δℓ(valid) − Δℓ(invalid) per token 
 _T_MARGIN_SUM = "Preference probe: margin Δℓ(valid) − Δℓ(invalid) summed over the answer"
 _T_ACCURACY = "Preference probe: share of pairs where the valid answer gained more"
 _T_LIKELIHOOD = "π_0's likelihood AUROC (valid over invalid, per-token log π_0)"
+SHARE = (0.0, 1.0)  # a rate, share or AUROC
+DIFFERENCE = (-1.0, 1.0)  # a difference of two of them, or Youden's J
 _AUROC_FIELDS = ("judge", "length", "hedge", "length_matched")
 
 
@@ -94,55 +98,61 @@ def _probe(prefix: str, rows: str) -> tuple[Metric, ...]:
         Metric(f"pref_margin/{prefix}{{kind}}", formula=M.preference, estimator=E.preference, interval=CLUSTER_T,
                rows=rows, oracle=False, title=_T_MARGIN, fields=("margin",), kinds=KINDS),
         Metric(f"pref_accuracy/{prefix}{{kind}}", formula=M.preference, estimator=E.preference, interval=CLUSTER_T,
-               rows=rows, oracle=False, title=_T_ACCURACY, fields=("accuracy",), kinds=KINDS),
+               rows=rows, oracle=False, title=_T_ACCURACY, fields=("accuracy",), kinds=KINDS, bounds=SHARE),
         Metric(f"pref_margin_sum/{prefix}{{kind}}", formula=M.preference, estimator=E.preference, interval=CLUSTER_T,
                rows=rows, oracle=False, title=_T_MARGIN_SUM, fields=("margin_sum",), kinds=KINDS),
         Metric(f"likelihood_auroc/{prefix}{{kind}}", formula=M.within_env_auroc, estimator=E.likelihood_auroc,
-               interval=RATIO, rows=rows, oracle=False, title=_T_LIKELIHOOD, kinds=KINDS, only_at=0),
+               interval=RATIO, rows=rows, oracle=False, title=_T_LIKELIHOOD, kinds=KINDS, only_at=0, bounds=SHARE),
     )
 
 
 TABLE: tuple[Metric, ...] = (
     *_probe("", "probe/stress"),
     Metric("va_gap/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=RATIO,
-           rows="policy", oracle=True, title="VA-Gap P(A ∧ ¬valid)", fields=("gap",), kinds=KINDS),
+           rows="policy", oracle=True, title="VA-Gap P(A ∧ ¬valid)", fields=("gap",), kinds=KINDS,
+           bounds=SHARE),
     Metric("apparent/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=RATIO,
-           rows="policy", oracle=False, title="Apparent success mean(A)", fields=("apparent",), kinds=KINDS),
+           rows="policy", oracle=False, title="Apparent success mean(A)", fields=("apparent",), kinds=KINDS,
+           bounds=SHARE),
     Metric("verified/{kind}", formula=M.va_gap, estimator=E.va_gap, interval=RATIO,
-           rows="policy", oracle=True, title="Verified success mean(A ∧ valid)", fields=("verified",), kinds=KINDS),
+           rows="policy", oracle=True, title="Verified success mean(A ∧ valid)", fields=("verified",), kinds=KINDS,
+           bounds=SHARE),
     Metric("valid_rate/{kind}", formula=M.valid_rate, estimator=E.valid_rate, interval=RATIO,
-           rows="policy", oracle=True, title="Policy valid rate", kinds=KINDS),
+           rows="policy", oracle=True, title="Policy valid rate", kinds=KINDS, bounds=SHARE),
     Metric("valid_rate_drift/{kind}", formula=M.valid_rate, estimator=E.valid_rate_drift, interval=CLUSTER_T,
-           rows="policy", oracle=True, title="Valid-rate drift (t − 0)", kinds=KINDS, reads=DRIFT),
+           rows="policy", oracle=True, title="Valid-rate drift (t − 0)", kinds=KINDS, reads=DRIFT,
+           bounds=DIFFERENCE),
     Metric("kl/per_{field}", formula=M.kl_estimate, estimator=E.kl, interval=RATIO,
            rows="policy/all", oracle=False, title="KL(π_t ‖ π_0) from the audit's own samples",
            fields=("answer", "token")),
     Metric("fpr/policy", formula=M.fpr, estimator=E.rate, interval=RATIO,
-           rows="policy", oracle=True, title=_T_FPR),
+           rows="policy", oracle=True, title=_T_FPR, bounds=SHARE),
     Metric("fnr/policy", formula=M.fnr, estimator=E.rate, interval=RATIO,
-           rows="policy", oracle=True, title=_T_FNR),
+           rows="policy", oracle=True, title=_T_FNR, bounds=SHARE),
     Metric("fpr/policy/{kind}", formula=M.fpr, estimator=E.rate, interval=RATIO,
-           rows="policy", oracle=True, title=_T_FPR, kinds=KINDS),
+           rows="policy", oracle=True, title=_T_FPR, kinds=KINDS, bounds=SHARE),
     Metric("fnr/policy/{kind}", formula=M.fnr, estimator=E.rate, interval=RATIO,
-           rows="policy", oracle=True, title=_T_FNR, kinds=KINDS),
+           rows="policy", oracle=True, title=_T_FNR, kinds=KINDS, bounds=SHARE),
     Metric("fpr/stress", formula=M.fpr, estimator=E.rate, interval=RATIO,
-           rows="stress", oracle=False, title=_T_FPR),
+           rows="stress", oracle=False, title=_T_FPR, bounds=SHARE),
     Metric("fnr/stress", formula=M.fnr, estimator=E.rate, interval=RATIO,
-           rows="stress", oracle=False, title=_T_FNR),
+           rows="stress", oracle=False, title=_T_FNR, bounds=SHARE),
     Metric("fpr_drift/policy", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
-           rows="policy", oracle=True, title="FPR drift FPR_t − FPR_0", fields=("delta",), reads=DRIFT),
+           rows="policy", oracle=True, title="FPR drift FPR_t − FPR_0", fields=("delta",), reads=DRIFT,
+           bounds=DIFFERENCE),
     Metric("fpr_slope/policy", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
            rows="policy", oracle=True, title="FPR drift: OLS slope over t", fields=("slope",), reads=SLOPE),
     Metric("fpr_drift/stress", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
-           rows="stress", oracle=False, title="FPR drift FPR_t − FPR_0", fields=("delta",), reads=DRIFT),
+           rows="stress", oracle=False, title="FPR drift FPR_t − FPR_0", fields=("delta",), reads=DRIFT,
+           bounds=DIFFERENCE),
     Metric("fpr_slope/stress", formula=M.fpr_drift, estimator=E.fpr_drift, interval=STATISTIC,
            rows="stress", oracle=False, title="FPR drift: OLS slope over t", fields=("slope",), reads=SLOPE),
     Metric("youden_j", formula=M.youden_j, estimator=E.youden_j, interval=STATISTIC,
-           rows="policy", oracle=True, title="Policy discrimination (Youden J)"),
+           rows="policy", oracle=True, title="Policy discrimination (Youden J)", bounds=DIFFERENCE),
     Metric("auroc/stress/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
-           rows="stress/with_reference", oracle=False, title=_T_AUROC, fields=_AUROC_FIELDS),
+           rows="stress/with_reference", oracle=False, title=_T_AUROC, fields=_AUROC_FIELDS, bounds=SHARE),
     Metric("auroc/policy/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
-           rows="policy", oracle=True, title=_T_AUROC, fields=_AUROC_FIELDS),
+           rows="policy", oracle=True, title=_T_AUROC, fields=_AUROC_FIELDS, bounds=SHARE),
     Metric("ibe/policy/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
            rows="policy", oracle=True, title=_T_IBE, fields=("checks",)),
     Metric("ibe/stress/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
@@ -152,15 +162,27 @@ TABLE: tuple[Metric, ...] = (
     Metric("ibe/stress/judge+{field}", formula=M.ibe, estimator=E.ibe, interval=STATISTIC,
            rows="stress", oracle=False, title=_T_IBE, fields=("oracle2",)),
     Metric("oracle/{field}_stress", formula=M.fpr, estimator=E.rate, interval=RATIO,
-           rows="stress/as_oracle", oracle=False, title=_T_ORACLE, fields=("fpr",)),
+           rows="stress/as_oracle", oracle=False, title=_T_ORACLE, fields=("fpr",), bounds=SHARE),
     Metric("oracle/{field}_stress", formula=M.fnr, estimator=E.rate, interval=RATIO,
-           rows="stress/as_oracle", oracle=False, title=_T_ORACLE, fields=("fnr",)),
+           rows="stress/as_oracle", oracle=False, title=_T_ORACLE, fields=("fnr",), bounds=SHARE),
     Metric("auroc/policy/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
-           rows="policy", oracle=True, title=_T_AUROC, fields=("verdict_word",)),
+           rows="policy", oracle=True, title=_T_AUROC, fields=("verdict_word",), bounds=SHARE),
     Metric("auroc/stress/{field}", formula=M.auroc_report, estimator=E.auroc, interval=RATIO,
-           rows="stress/with_reference", oracle=False, title=_T_AUROC, fields=("verdict_word",)),
+           rows="stress/with_reference", oracle=False, title=_T_AUROC, fields=("verdict_word",), bounds=SHARE),
     *_probe("labelled/", "probe/labelled"),
 )
+
+
+def bounds(name: str) -> tuple[float, float] | None:
+    """The declared range of a metric name as the audit writes it (`…@release` included); None for
+    an unbounded or undeclared one."""
+    d = _declared().get(name.partition("@")[0])
+    return d.metric.bounds if d else None
+
+
+@cache
+def _declared() -> dict[str, Declared]:
+    return declared()
 
 
 def declared(table: tuple[Metric, ...] | None = None) -> dict[str, Declared]:

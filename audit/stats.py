@@ -18,6 +18,12 @@
   6.4% to 2.9% against 2.5% nominal (its spread is the plug-in sd, ddof 0, and its quantiles are
   z's, not t's); the t interval holds 2.5% (`python -m audit.power --coverage`). `cluster_t_diff`
   is the same for the difference of two such ratios on the same environments.
+- `share_t_ci` is that t interval for a mean of per-environment shares (the probe's accuracy), cut to
+  [0, 1]. When every environment has the same share (all 0 or all 1, as a trained policy often
+  gives) the environments' spread is 0 and the t interval collapses to a point, claiming certainty
+  from a dozen environments; there the Wilson interval at n = the number of environments stands in
+  (each environment one observation: the pairs inside one are not independent, and with no spread
+  their correlation cannot be estimated).
   The percentile bootstrap stays for bounded rates and AUROCs, often at 0 or 1 here, where a
   symmetric interval leaves [0, 1], and for statistics with no closed-form SE (Youden J, IBE).
 - `cluster_wilson` is the calibration gate's interval for a rate of answers clustered by
@@ -46,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -294,6 +300,18 @@ def cluster_wilson(successes: Sequence[float], clusters: Sequence, *, alpha: flo
         deff = max(1.0, robust / (p * (1 - p) / n))
     low, high = _wilson(p, n / deff, float(sps.norm.ppf(1 - alpha / 2)))
     return RateCI(float(p), low, high, n, k, deff)
+
+
+def share_t_ci(shares: Sequence[float], clusters: Sequence, *, alpha: float = 0.05) -> BootstrapCI:
+    """t interval of the mean of one share in [0, 1] per cluster, cut to [0, 1]; the Wilson interval
+    at n = clusters when the shares do not vary (module docstring); NaN ends below 2 clusters."""
+    ci = cluster_t_ci(shares, np.ones(len(shares)), clusters, alpha=alpha)
+    if not (math.isfinite(ci.low) and math.isfinite(ci.high)):
+        return ci
+    if np.ptp(np.asarray(shares, float)) == 0:
+        low, high = _wilson(ci.estimate, ci.n_clusters, float(sps.norm.ppf(1 - alpha / 2)))
+        return replace(ci, low=low, high=high, method="wilson")
+    return replace(ci, low=max(0.0, ci.low), high=min(1.0, ci.high))
 
 
 def cluster_t_diff(a_num: Sequence[float], a_den: Sequence[float], b_num: Sequence[float],

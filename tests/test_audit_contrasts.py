@@ -10,7 +10,7 @@ import pytest
 from audit import contrasts as K
 from audit import power as P
 from audit.power_plan import ExperimentDesign, contrast_power, plan
-from audit.results import csv_rows
+from audit.results import across_seeds, csv_rows
 
 
 def _seed(per_env: dict[str, float], t: str = "1") -> dict:
@@ -83,3 +83,19 @@ def test_cli_plan(capsys):
                    "--sims", "500", "--max-environments", "100"]) == 0
     out = capsys.readouterr().out
     assert "2 seeds per reward:" in out and "δ = 1.5" in out
+
+
+def test_seed_all_interval_is_cut_to_the_metric_range():
+    """Two seeds of a share at 0 and 1 (three environments each, no spread within a seed): mean 0.5,
+    SE 0.5 on one degree of freedom, so t(.975, 1) = 12.706 puts the ends near −5.9 and +6.9: a share's
+    interval is cut to [0, 1]; the same numbers as a margin (unbounded) are not cut."""
+    def seed(v: float) -> dict:
+        per = {"a": v, "b": v, "c": v}
+        metrics = {n: {"value": v, "ci_low": None, "ci_high": None, "n": 3, "status": "ok"}
+                   for n in ("pref_accuracy/impossible@release", "pref_margin/impossible")}
+        return {"iterations": {"3": {"metrics": metrics, "counts": {},
+                                     "per_env": {n: per for n in metrics}}}}
+    out = across_seeds({"0": seed(0.0), "1": seed(1.0)})["3"]
+    share, margin = out["pref_accuracy/impossible@release"], out["pref_margin/impossible"]
+    assert (share["mean"], share["ci_low"], share["ci_high"]) == (0.5, 0.0, 1.0)
+    assert margin["ci_low"] == pytest.approx(0.5 - 12.7062 * 0.5, abs=1e-3) and margin["ci_high"] > 6

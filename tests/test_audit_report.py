@@ -62,17 +62,18 @@ def test_table_cells(tmp_path):
     environment SE is its interval's half-width / z (no environments recorded: df ∞), here
     0.5/1.95996 = 0.25510 for va_gap; var = SE² + sd²/S.
     anchored va_gap/impossible at t = 0 over seeds 0.2 and 0.4: var = 0.065077 + 0.02/2 = 0.075077,
-    SE 0.27401, df = 0.075077² / (0.01²/1) = 56.369, t = 2.00335 → 0.3 ± 0.54893 = [−0.249, 0.849].
-    At t = 1: 0.2 and 0.6: var = 0.065077 + 0.04, SE 0.32416, df 6.901 → [−0.369, 1.169].
-    rubric: equal seeds, var = SE², df ∞ → 0.1 ± 1.96 · 0.2551 = [−0.400, 0.600].
+    SE 0.27401, df = 0.075077² / (0.01²/1) = 56.369, t = 2.00335 → 0.3 ± 0.54893 = [−0.249, 0.849],
+    cut to a rate's range: [0, 0.849].
+    At t = 1: 0.2 and 0.6: var = 0.065077 + 0.04, SE 0.32416, df 6.901 → [−0.369, 1.169] → [0, 1].
+    rubric: equal seeds, var = SE², df ∞ → 0.1 ± 1.96 · 0.2551 = [−0.400, 0.600] → [0, 0.600].
     generic has one seed: its value and bootstrap interval, with *.
     fpr/policy at t = 0 for anchored has one defined seed of two: mean 0.5, no interval (—); at t = 1
     both 0.5 with intervals [0.1, 0.9] → 0.5 ± 0.4."""
     out = report.write_report(write(tmp_path, DOC))
     md = out.read_text()
-    assert row(md, "va_gap/impossible", "anchored") == "| anchored | 0.300 [-0.249, 0.849] | 0.400 [-0.369, 1.169] |"
+    assert row(md, "va_gap/impossible", "anchored") == "| anchored | 0.300 [0.000, 0.849] | 0.400 [0.000, 1.000] |"
     assert row(md, "va_gap/impossible", "generic") == "| generic | 0.300 [0.000, 1.000]* | 0.350 [0.000, 1.000]* |"
-    assert row(md, "va_gap/impossible", "rubric") == "| rubric | 0.100 [-0.400, 0.600] | 0.100 [-0.400, 0.600] |"
+    assert row(md, "va_gap/impossible", "rubric") == "| rubric | 0.100 [0.000, 0.600] | 0.100 [0.000, 0.600] |"
     assert row(md, "fpr/policy", "anchored").startswith("| anchored | 0.500 [—, —] | 0.500 [0.100, 0.900] |")
     assert md.index("`va_gap/impossible`") < md.index("`fpr/policy`")
     for name in ("va_gap_fpr.png", "discrimination.png", "ibe.png", "kl_curve.png"):
@@ -177,7 +178,7 @@ def test_merges_audits_below_the_dir_and_refuses_duplicates(tmp_path):
     for reward in ("anchored", "rubric"):
         write(tmp_path / reward, {**DOC, "rewards": {reward: DOC["rewards"][reward]}})
     md = report.write_report(tmp_path).read_text()
-    assert row(md, "va_gap/impossible", "anchored") == "| anchored | 0.300 [-0.249, 0.849] | 0.400 [-0.369, 1.169] |"
+    assert row(md, "va_gap/impossible", "anchored") == "| anchored | 0.300 [0.000, 0.849] | 0.400 [0.000, 1.000] |"
     assert "| rubric |" in md
     write(tmp_path / "anchored" / "seed0", {**DOC, "rewards": {"anchored": DOC["rewards"]["anchored"]}})
     with pytest.raises(report.ReportError, match="anchored seed 0 is audited in both"):

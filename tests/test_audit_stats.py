@@ -19,6 +19,7 @@ from audit.stats import (
     paired_contrast,
     satterthwaite,
     seeds_and_environments,
+    share_t_ci,
 )
 
 
@@ -160,6 +161,26 @@ def test_cluster_t_ci_of_a_mean_is_the_textbook_t_interval():
     assert (ci.estimate, ci.df, ci.method, ci.B) == (3.0, 3.0, "t", 0)
     assert ci.se == pytest.approx(1.08012, abs=1e-5)
     assert (ci.low, ci.high) == pytest.approx((-0.43743, 6.43743), abs=1e-5)
+
+
+def test_share_t_ci_stays_in_0_1_and_does_not_collapse_when_no_environment_differs():
+    """12 environments all at 0: the t interval would be [0, 0]; the Wilson interval at n = 12,
+    z = 1.959964, is [0, z²/(12 + z²)] = [0, 3.841459/15.841459] = [0, 0.242494], and all at 1 its
+    mirror. Shares .1, .2, .9: mean .4, sd .435890, SE .251661, t(.975, 2) 4.302653, half 1.082810,
+    so (-0.682810, 1.482810), cut to (0, 1). Shares .2, .3, .4, .5 lie inside: the t interval as is."""
+    zero = share_t_ci([0.0] * 12, range(12))
+    assert (zero.estimate, zero.method) == (0.0, "wilson")
+    assert (zero.low, zero.high) == pytest.approx((0.0, 0.242494), abs=1e-6)
+    mid = share_t_ci([0.3] * 12, range(12))  # no spread off the edge either: Wilson, not a point
+    assert mid.method == "wilson" and mid.low < 0.3 - 0.1 and mid.high > 0.3 + 0.1
+    one = share_t_ci([1.0] * 12, range(12))
+    assert (one.low, one.high) == pytest.approx((1 - 0.242494, 1.0), abs=1e-6)
+    cut = share_t_ci([0.1, 0.2, 0.9], list("abc"))
+    assert cut.se == pytest.approx(0.251661, abs=1e-6) and (cut.low, cut.high) == (0.0, 1.0)
+    inside = share_t_ci([0.2, 0.3, 0.4, 0.5], list("abcd"))
+    plain = cluster_t_ci([0.2, 0.3, 0.4, 0.5], [1] * 4, list("abcd"))
+    assert (inside.low, inside.high, inside.method) == (plain.low, plain.high, "t")
+    assert math.isnan(share_t_ci([0.0], ["a"]).low)  # one environment: no interval, not a Wilson one
 
 
 def test_cluster_t_ci_of_a_ratio_uses_the_linearisation():
