@@ -3,9 +3,10 @@
 - `seed_interval`: the `seed = all` interval of one reward's metric, `audit.stats.seeds_and_environments`:
   the spread of the seeds' values plus the environment sampling every seed shares. A seed's
   environment-level SE is read from its per-environment values where the audit wrote them
-  (`per_env`: the means over environments, i.e. the preference probe), sd/√k; otherwise from its
-  interval, half-width / z (a percentile interval's normal-equivalent SE), with its iteration's
-  environments for the degrees of freedom (none recorded: df ∞).
+  (`per_env`: the means over environments, i.e. the preference probe) and they vary, sd/√k;
+  otherwise from its interval, half-width / z (a percentile interval's normal-equivalent SE), with
+  its iteration's environments for the degrees of freedom (none recorded: df ∞). The interval, and
+  a contrast's, is cut to the metric's range where it has one (`within`).
 - `reward_contrasts`: every reward against a baseline reward (default `random`, the null judge,
   when it was audited) on the same environments, `audit.stats.paired_contrast` of the per-environment
   values: written as `<metric>_diff/<rest>` (e.g. `pref_margin_diff/impossible`,
@@ -23,6 +24,7 @@ import numpy as np
 from scipy import stats as sps
 
 from . import stats as S
+from .metric_table import bounds
 
 DEFAULT_BASELINE = "random"
 
@@ -40,8 +42,10 @@ def _finite(x: Any) -> bool:
 def _seed_se(it: Mapping[str, Any], name: str, alpha: float) -> tuple[float, int]:
     """(environment-level SE, environments) of one seed's metric at one iteration; NaN when unknown."""
     per = (it.get("per_env") or {}).get(name)
-    if per:
-        v = np.array([x for x in per.values() if _finite(x)], dtype=float)
+    v = np.array([x for x in (per or {}).values() if _finite(x)], dtype=float)
+    # no spread between environments at a share's edge (0 or 1 everywhere) is no certainty: the seed's
+    # own interval (a Wilson one there, audit.stats.share_t_ci) says how much a dozen environments tell
+    if per and not (len(v) > 1 and np.ptp(v) == 0 and v[0] in (0.0, 1.0)):
         return (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")), len(v)
     m = it["metrics"][name]
     k = int((it.get("counts") or {}).get("environments") or 0)
@@ -65,7 +69,23 @@ def seed_interval(seeds: Mapping[str, Any], t: str, name: str, alpha: float = 0.
         ks.append(k)
     known = [k for k in ks if k >= 2]
     c = S.seeds_and_environments(values, ses, min(known) if known else None, alpha=alpha)
-    return {"ci_low": c.low, "ci_high": c.high, "se": c.se, "df": c.df, "interval": "seeds+environments"}
+    low, high = within(c.low, c.high, bounds(name))
+    return {"ci_low": low, "ci_high": high, "se": c.se, "df": c.df, "interval": "seeds+environments"}
+
+
+def within(low: float, high: float, range_: tuple[float, float] | None) -> tuple[float, float]:
+    """An interval cut to a metric's range (`audit.metric_table` bounds): a t interval over two or
+    three seeds of a share can reach far past [0, 1], and the cut changes no coverage (the true value
+    is inside). NaN ends stay NaN."""
+    if range_ is None or not (math.isfinite(low) and math.isfinite(high)):
+        return low, high
+    return max(range_[0], low), min(range_[1], high)
+
+
+def diff_bounds(name: str) -> tuple[float, float] | None:
+    """The range of a difference of two values of `name`: [lo − hi, hi − lo]."""
+    r = bounds(name)
+    return None if r is None else (r[0] - r[1], r[1] - r[0])
 
 
 def _per_env(entry: Mapping[str, Any], t: str, name: str) -> list[dict[str, float]] | None:
@@ -108,8 +128,9 @@ def reward_contrasts(rewards: Mapping[str, Any], baseline: str | None = None,
                 c = contrast(a, b, alpha) if a and b else None
                 if c is None:
                     continue
+                low, high = within(c.low, c.high, diff_bounds(name))
                 out.setdefault(reward, {}).setdefault(t, {})[diff_name(name)] = {
-                    "baseline": baseline, "of": name, "value": c.estimate, "ci_low": c.low, "ci_high": c.high,
+                    "baseline": baseline, "of": name, "value": c.estimate, "ci_low": low, "ci_high": high,
                     "se": c.se, "df": c.df, "p": c.pvalue, "n": c.n_clusters,
                     "n_seeds": list(c.n_seeds), "status": "ok", "reason": None}
     return {"baseline": baseline, "reason": None, "rewards": out}

@@ -61,7 +61,6 @@ from typing import Any
 from . import stats as S
 from .calibration import UNVERIFIED, metric_gate
 from .contrasts import reward_contrasts, seed_interval
-from .metric_table import bounds
 from .records import IterationAudit
 
 VERSION = 1
@@ -134,14 +133,6 @@ def gated(name: str, m: dict[str, Any], calib: Mapping[str, Any] | None, t: int 
     return {**m, "status": OK, "reason": None}
 
 
-def _within(ci: dict[str, Any], range_: tuple[float, float] | None) -> dict[str, Any]:
-    """The interval cut to the metric's range: a t interval over two or three seeds of a share can
-    reach far past [0, 1], and the cut changes no coverage (the true value is inside)."""
-    if range_ is None or not all(isinstance(ci[k], float) and math.isfinite(ci[k]) for k in ("ci_low", "ci_high")):
-        return ci
-    return ci | {"ci_low": max(range_[0], ci["ci_low"]), "ci_high": min(range_[1], ci["ci_high"])}
-
-
 def across_seeds(seeds: Mapping[str, Any], alpha: float = 0.05) -> dict[str, Any]:
     """Per iteration and metric: mean over the seeds that have that iteration, t interval over seeds;
     unverified when any seed's value is."""
@@ -163,8 +154,7 @@ def across_seeds(seeds: Mapping[str, Any], alpha: float = 0.05) -> dict[str, Any
                                 "n_missing": 0, "status": UNVERIFIED, "reason": withheld[(t, name)]}
             else:
                 # the interval holds seed and environment variation (audit.contrasts.seed_interval)
-                out[t][name] = (seed_summary(vs) | _within(seed_interval(seeds, t, name, alpha), bounds(name))
-                                | {"status": OK, "reason": None})
+                out[t][name] = seed_summary(vs) | seed_interval(seeds, t, name, alpha) | {"status": OK, "reason": None}
     return out
 
 

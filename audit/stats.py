@@ -19,11 +19,11 @@
   z's, not t's); the t interval holds 2.5% (`python -m audit.power --coverage`). `cluster_t_diff`
   is the same for the difference of two such ratios on the same environments.
 - `share_t_ci` is that t interval for a mean of per-environment shares (the probe's accuracy), cut to
-  [0, 1]. When every environment has the same share (all 0 or all 1, as a trained policy often
-  gives) the environments' spread is 0 and the t interval collapses to a point, claiming certainty
-  from a dozen environments; there the Wilson interval at n = the number of environments stands in
-  (each environment one observation: the pairs inside one are not independent, and with no spread
-  their correlation cannot be estimated).
+  [0, 1]. When every environment's share is 0 (or every one is 1, as a trained policy often gives)
+  the environments' spread is 0 and the t interval collapses to a point, claiming certainty from a
+  dozen environments; there the Wilson interval at n = the number of environments stands in (each
+  environment one observation: the pairs inside one are not independent, and with no spread their
+  correlation cannot be estimated).
   The percentile bootstrap stays for bounded rates and AUROCs, often at 0 or 1 here, where a
   symmetric interval leaves [0, 1], and for statistics with no closed-form SE (Youden J, IBE).
 - `cluster_wilson` is the calibration gate's interval for a rate of answers clustered by
@@ -282,7 +282,9 @@ class RateCI:
 def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at p = 0 (1) the lower (upper) end is exactly p; rounding would leave it a hair inside and the
+    # interval would exclude its own estimate
+    return (0.0 if p == 0 else max(0.0, centre - half)), (1.0 if p == 1 else min(1.0, centre + half))
 
 
 def cluster_wilson(successes: Sequence[float], clusters: Sequence, *, alpha: float = 0.05) -> RateCI:
@@ -304,13 +306,17 @@ def cluster_wilson(successes: Sequence[float], clusters: Sequence, *, alpha: flo
 
 def share_t_ci(shares: Sequence[float], clusters: Sequence, *, alpha: float = 0.05) -> BootstrapCI:
     """t interval of the mean of one share in [0, 1] per cluster, cut to [0, 1]; the Wilson interval
-    at n = clusters when the shares do not vary (module docstring); NaN ends below 2 clusters."""
+    at n = clusters when every share is 0 or every one is 1 (module docstring); NaN ends below 2
+    clusters. Equal shares inside (0, 1) keep the point: they come from construction, not chance
+    (π_t = π_0 ties every pair, so the accuracy at t = 0 is 0.5 for any environments drawn)."""
     ci = cluster_t_ci(shares, np.ones(len(shares)), clusters, alpha=alpha)
     if not (math.isfinite(ci.low) and math.isfinite(ci.high)):
         return ci
-    if np.ptp(np.asarray(shares, float)) == 0:
-        low, high = _wilson(ci.estimate, ci.n_clusters, float(sps.norm.ppf(1 - alpha / 2)))
-        return replace(ci, low=low, high=high, method="wilson")
+    if np.ptp(np.asarray(shares, float)) == 0 and ci.estimate in (0.0, 1.0):
+        z = float(sps.norm.ppf(1 - alpha / 2))
+        low, high = _wilson(ci.estimate, ci.n_clusters, z)
+        # its SE, for what combines seeds (audit.contrasts), is the Wilson interval's normal equivalent
+        return replace(ci, low=low, high=high, se=(high - low) / (2 * z), method="wilson")
     return replace(ci, low=max(0.0, ci.low), high=min(1.0, ci.high))
 
 

@@ -86,16 +86,41 @@ def test_cli_plan(capsys):
 
 
 def test_seed_all_interval_is_cut_to_the_metric_range():
-    """Two seeds of a share at 0 and 1 (three environments each, no spread within a seed): mean 0.5,
-    SE 0.5 on one degree of freedom, so t(.975, 1) = 12.706 puts the ends near −5.9 and +6.9: a share's
-    interval is cut to [0, 1]; the same numbers as a margin (unbounded) are not cut."""
-    def seed(v: float) -> dict:
-        per = {"a": v, "b": v, "c": v}
+    """Two seeds of a share, environments 0, .1, .2 and .8, .9, 1: mean 0.5, the seeds' sd 0.565685, so
+    Var ≥ 0.32 / 2 and even a normal quantile puts the ends past −0.28 and 1.28: a share's interval is
+    cut to [0, 1]; the same numbers as a margin (unbounded) are not cut."""
+    def seed(per: dict[str, float]) -> dict:
+        v = sum(per.values()) / len(per)
         metrics = {n: {"value": v, "ci_low": None, "ci_high": None, "n": 3, "status": "ok"}
                    for n in ("pref_accuracy/impossible@release", "pref_margin/impossible")}
         return {"iterations": {"3": {"metrics": metrics, "counts": {},
                                      "per_env": {n: per for n in metrics}}}}
-    out = across_seeds({"0": seed(0.0), "1": seed(1.0)})["3"]
+    out = across_seeds({"0": seed({"a": 0.0, "b": 0.1, "c": 0.2}), "1": seed({"a": 0.8, "b": 0.9, "c": 1.0})})["3"]
     share, margin = out["pref_accuracy/impossible@release"], out["pref_margin/impossible"]
-    assert (share["mean"], share["ci_low"], share["ci_high"]) == (0.5, 0.0, 1.0)
-    assert margin["ci_low"] == pytest.approx(0.5 - 12.7062 * 0.5, abs=1e-3) and margin["ci_high"] > 6
+    assert (share["mean"], share["ci_low"], share["ci_high"]) == (pytest.approx(0.5), 0.0, 1.0)
+    assert margin["ci_low"] < -0.28 and margin["ci_high"] > 1.28
+
+
+def _share_seed(per_env: dict[str, float], low: float, high: float) -> dict:
+    name = "pref_accuracy/impossible"
+    m = {"value": sum(per_env.values()) / len(per_env), "ci_low": low, "ci_high": high, "n": 12, "status": "ok"}
+    return {"iterations": {"3": {"metrics": {name: m}, "counts": {}, "per_env": {name: per_env}}}}
+
+
+def test_seeds_whose_environments_all_agree_keep_their_own_interval():
+    """Three seeds with every environment's share at 0: the per-environment spread is 0, so each seed's
+    SE is its (Wilson) interval's, 0.242494 / (2 · 1.959964) = 0.061862; no environments recorded, so
+    df ∞ and the seed = all interval is 0 ± 1.959964 · 0.061862, cut to [0, 0.121247] — not [0, 0]."""
+    seeds = {s: _share_seed(dict.fromkeys("abcdefghijkl", 0.0), 0.0, 0.242494) for s in "012"}
+    got = K.seed_interval(seeds, "3", "pref_accuracy/impossible")
+    assert got["ci_low"] == 0.0 and got["ci_high"] == pytest.approx(0.121247, abs=1e-6)
+
+
+def test_a_contrast_of_shares_is_cut_to_minus_1_1():
+    """Per environment −1, +1, −1 (one seed each): mean −1/3, SE 0.666667 on ~2 df, so its t interval
+    reaches about ±3; a difference of two shares lies in [−1, 1]."""
+    rewards = {"decisive": {"seeds": {"0": _share_seed({"a": 0.0, "b": 1.0, "c": 0.0}, 0.0, 1.0)}},
+               "random": {"seeds": {"0": _share_seed({"a": 1.0, "b": 0.0, "c": 1.0}, 0.0, 1.0)}}}
+    m = K.reward_contrasts(rewards)["rewards"]["decisive"]["3"]["pref_accuracy_diff/impossible"]
+    assert m["value"] == pytest.approx(-1 / 3) and (m["ci_low"], m["ci_high"]) == (-1.0, 1.0)
+    assert K.within(-3.0, 2.0, None) == (-3.0, 2.0)  # an unbounded metric (a margin) is not cut

@@ -169,12 +169,13 @@ def test_share_t_ci_stays_in_0_1_and_does_not_collapse_when_no_environment_diffe
     mirror. Shares .1, .2, .9: mean .4, sd .435890, SE .251661, t(.975, 2) 4.302653, half 1.082810,
     so (-0.682810, 1.482810), cut to (0, 1). Shares .2, .3, .4, .5 lie inside: the t interval as is."""
     zero = share_t_ci([0.0] * 12, range(12))
-    assert (zero.estimate, zero.method) == (0.0, "wilson")
-    assert (zero.low, zero.high) == pytest.approx((0.0, 0.242494), abs=1e-6)
-    mid = share_t_ci([0.3] * 12, range(12))  # no spread off the edge either: Wilson, not a point
-    assert mid.method == "wilson" and mid.low < 0.3 - 0.1 and mid.high > 0.3 + 0.1
+    assert (zero.estimate, zero.low, zero.method) == (0.0, 0.0, "wilson")  # exactly 0: it holds its estimate
+    assert zero.high == pytest.approx(0.242494, abs=1e-6)
+    assert zero.se == pytest.approx(0.242494 / (2 * 1.959964), abs=1e-6)  # its normal-equivalent SE
+    tie = share_t_ci([0.5] * 12, range(12))  # π_t = π_0 ties every pair: 0.5 by construction, a point
+    assert (tie.low, tie.high, tie.method) == (0.5, 0.5, "t")
     one = share_t_ci([1.0] * 12, range(12))
-    assert (one.low, one.high) == pytest.approx((1 - 0.242494, 1.0), abs=1e-6)
+    assert one.high == 1.0 and one.low == pytest.approx(1 - 0.242494, abs=1e-6)
     cut = share_t_ci([0.1, 0.2, 0.9], list("abc"))
     assert cut.se == pytest.approx(0.251661, abs=1e-6) and (cut.low, cut.high) == (0.0, 1.0)
     inside = share_t_ci([0.2, 0.3, 0.4, 0.5], list("abcd"))
