@@ -6,7 +6,7 @@
   (`per_env`: the means over environments, i.e. the preference probe) and they vary, sd/√k;
   otherwise from its interval, half-width / z (a percentile interval's normal-equivalent SE), with
   its iteration's environments for the degrees of freedom (none recorded: df ∞). The interval, and
-  a contrast's, is cut to the metric's range where it has one (`within`).
+  a contrast's, is cut to the metric's range where it has one (`audit.stats.within`).
 - `reward_contrasts`: every reward against a baseline reward (default `random`, the null judge,
   when it was audited) on the same environments, `audit.stats.paired_contrast` of the per-environment
   values: written as `<metric>_diff/<rest>` (e.g. `pref_margin_diff/impossible`,
@@ -69,17 +69,8 @@ def seed_interval(seeds: Mapping[str, Any], t: str, name: str, alpha: float = 0.
         ks.append(k)
     known = [k for k in ks if k >= 2]
     c = S.seeds_and_environments(values, ses, min(known) if known else None, alpha=alpha)
-    low, high = within(c.low, c.high, bounds(name))
+    low, high = S.within(c.low, c.high, bounds(name))
     return {"ci_low": low, "ci_high": high, "se": c.se, "df": c.df, "interval": "seeds+environments"}
-
-
-def within(low: float, high: float, range_: tuple[float, float] | None) -> tuple[float, float]:
-    """An interval cut to a metric's range (`audit.metric_table` bounds): a t interval over two or
-    three seeds of a share can reach far past [0, 1], and the cut changes no coverage (the true value
-    is inside). NaN ends stay NaN."""
-    if range_ is None or not (math.isfinite(low) and math.isfinite(high)):
-        return low, high
-    return max(range_[0], low), min(range_[1], high)
 
 
 def diff_bounds(name: str) -> tuple[float, float] | None:
@@ -128,7 +119,7 @@ def reward_contrasts(rewards: Mapping[str, Any], baseline: str | None = None,
                 c = contrast(a, b, alpha) if a and b else None
                 if c is None:
                     continue
-                low, high = within(c.low, c.high, diff_bounds(name))
+                low, high = S.within(c.low, c.high, diff_bounds(name))
                 out.setdefault(reward, {}).setdefault(t, {})[diff_name(name)] = {
                     "baseline": baseline, "of": name, "value": c.estimate, "ci_low": low, "ci_high": high,
                     "se": c.se, "df": c.df, "p": c.pvalue, "n": c.n_clusters,

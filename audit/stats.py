@@ -304,6 +304,15 @@ def cluster_wilson(successes: Sequence[float], clusters: Sequence, *, alpha: flo
     return RateCI(float(p), low, high, n, k, deff)
 
 
+def within(low: float, high: float, range_: tuple[float, float] | None) -> tuple[float, float]:
+    """An interval cut to a metric's range (`audit.metric_table` bounds): a t interval on a few
+    environments or seeds of a share or a difference of shares can reach past its range, and the cut
+    changes no coverage (the true value is inside). NaN ends stay NaN."""
+    if range_ is None or not (math.isfinite(low) and math.isfinite(high)):
+        return low, high
+    return max(range_[0], low), min(range_[1], high)
+
+
 def share_t_ci(shares: Sequence[float], clusters: Sequence, *, alpha: float = 0.05) -> BootstrapCI:
     """t interval of the mean of one share in [0, 1] per cluster, cut to [0, 1]; the Wilson interval
     at n = clusters when every share is 0 or every one is 1 (module docstring); NaN ends below 2

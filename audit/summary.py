@@ -23,12 +23,14 @@ Choices left open by the method (docs/method.md §Audit):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from . import metric_table as T
 from . import metrics as M
+from . import stats as S
 from .estimators import CONTROL, IMPOSSIBLE, Context, probe_preference
 from .records import (
     LABELLED,
@@ -68,7 +70,10 @@ def iteration_metrics(rows: Sequence[AnswerRow], *, run_seed: int, t: int, setti
             continue
         value = d.metric.estimator(ctx, d)
         if value is not None:
-            m[name] = value
+            # one place cuts every seed's interval to its metric's declared range (a t interval on a
+            # dozen environments can leave it); the seeds' combination is cut in audit.contrasts
+            low, high = S.within(value.ci_low, value.ci_high, d.metric.bounds)
+            m[name] = dataclasses.replace(value, ci_low=low, ci_high=high)
 
     sets = ctx.sets(t)
     pol_all, pol = sets["policy/all"], sets["policy"]
