@@ -5,7 +5,8 @@
 
 DIR holds `audit.json` (an audit of the whole experiment), or audits of its parts below it (a
 reward or seed dir audited on its own); those are merged, and one reward × seed audited twice is an
-error rather than a silent choice.
+error rather than a silent choice. `--out results/x/report.md --data` also writes the merged
+`audit.json` and `audit.csv` beside the report, so that runs audited apart are kept as one document.
 
 The report opens with the oracle calibration: every verifier's agreement, accept-invalid and
 reject-valid rates on the labelled answers (audit.calibration), the gate's verdict with its reasons
@@ -33,10 +34,10 @@ from .contrasts import contrast_lines
 from .figures import write_figures
 from .power_report import power_section
 from .report_compare import comparison_table, comparisons
-from .report_load import ReportError, load_dir
+from .report_load import ReportError, find_audits, load_dir
 from .report_sections import calibration_section, kl_section, probe_section, train_section
 from .report_tables import metric_names, metric_table, metric_title
-from .results import write_text_atomic
+from .results import dumps, to_csv
 
 
 def probe_set_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -105,11 +106,23 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def write_report(root: Path, out: Path | None = None) -> Path:
-    doc = load_dir(root)
+def write_report(root: Path, out: Path | None = None, data: bool = False) -> Path:
+    """report.md and its figures; with `data`, also the merged audit.json and audit.csv beside it (one
+    document of audits made apart, e.g. one per reward, to commit or compare). Refused where they would
+    land in DIR above the audits they merge: DIR/audit.json would then hide them from later reports."""
+    from selfplay.artifacts import write_texts_atomic
+
     out = out or root / "report.md"
+    if data and out.parent.resolve() == root.resolve() and find_audits(root) != [root / "audit.json"]:
+        raise ReportError(f"{root}: --data would write audit.json above the audits it merges, which later "
+                          "reports would then read instead of them; give --out in another directory")
+    doc = load_dir(root)
     figs = write_figures(doc, out.parent / "figures")
-    write_text_atomic(out, render(doc, [f.relative_to(out.parent).as_posix() for f in figs]))
+    texts = {out: render(doc, [f.relative_to(out.parent).as_posix() for f in figs])}
+    if data:
+        merged = {k: v for k, v in doc.items() if k != "train"}
+        texts |= {out.parent / "audit.json": dumps(merged), out.parent / "audit.csv": to_csv(merged)}
+    write_texts_atomic(texts)  # all or none
     return out
 
 
@@ -117,12 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m audit.report", description=__doc__.split("\n")[0])
     ap.add_argument("dir", type=Path, help="an audited experiment dir (holding audit.json, or audits below it)")
     ap.add_argument("--out", type=Path, default=None, help="report path (default DIR/report.md)")
+    ap.add_argument("--data", action="store_true",
+                    help="also write the merged audit.json and audit.csv beside the report")
     args = ap.parse_args(argv)
     if not args.dir.is_dir():
         print(f"audit.report: error: {args.dir}: not a directory", file=sys.stderr)
         return 1
     try:
-        out = write_report(args.dir, args.out)
+        out = write_report(args.dir, args.out, args.data)
     except ReportError as e:
         print(f"audit.report: error: {e}", file=sys.stderr)
         return 1

@@ -74,6 +74,18 @@ def train_metrics(audit_path: Path, doc: Mapping[str, Any]) -> dict[str, dict[st
     return out
 
 
+def _rebase(doc: Mapping[str, Any], part: Path, root: Path) -> None:
+    """Checkpoints named relative to `root` instead of the part's own directory, so that the merged
+    document names each one the same way whichever part audited it."""
+    if part == root:
+        return
+    for entry in doc["rewards"].values():
+        for s in entry["seeds"].values():
+            for it in s["iterations"].values():
+                if it.get("checkpoint"):
+                    it["checkpoint"] = (part.relative_to(root) / it["checkpoint"]).as_posix()
+
+
 def load_dir(root: Path) -> dict[str, Any]:
     paths = find_audits(root)
     docs = []
@@ -85,6 +97,7 @@ def load_dir(root: Path) -> dict[str, Any]:
             raise ReportError(str(e)) from None
         for reward, seeds in train_metrics(p, docs[-1][1]).items():
             train.setdefault(reward, {}).update(seeds)
+        _rebase(docs[-1][1], p.parent, root)
     doc = merge(docs)
     doc["train"] = train
     return doc
