@@ -90,9 +90,6 @@ _T_ACCURACY = "Preference probe: share of pairs where the valid answer gained mo
 _T_LIKELIHOOD = "π_0's likelihood AUROC (valid over invalid, per-token log π_0)"
 SHARE = (0.0, 1.0)  # a rate, share or AUROC
 DIFFERENCE = (-1.0, 1.0)  # a difference of two of them, or Youden's J
-# a KL divergence is ≥ 0, though its estimate from a few samples can fall below (each answer's log-ratio
-# can be negative): the interval's lower end is cut at 0, the estimate is not
-NONNEGATIVE = (0.0, float("inf"))
 _AUROC_FIELDS = ("judge", "length", "hedge", "length_matched")
 
 
@@ -127,7 +124,7 @@ TABLE: tuple[Metric, ...] = (
            bounds=DIFFERENCE),
     Metric("kl/per_{field}", formula=M.kl_estimate, estimator=E.kl, interval=RATIO,
            rows="policy/all", oracle=False, title="KL(π_t ‖ π_0) from the audit's own samples",
-           fields=("answer", "token"), bounds=NONNEGATIVE),
+           fields=("answer", "token")),
     Metric("fpr/policy", formula=M.fpr, estimator=E.rate, interval=RATIO,
            rows="policy", oracle=True, title=_T_FPR, bounds=SHARE),
     Metric("fnr/policy", formula=M.fnr, estimator=E.rate, interval=RATIO,

@@ -25,6 +25,8 @@ the over-optimisation curve: apparent and verified success on impossible environ
 from __future__ import annotations
 
 import argparse
+import copy
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,7 +36,7 @@ from .contrasts import contrast_lines
 from .figures import write_figures
 from .power_report import power_section
 from .report_compare import comparison_table, comparisons
-from .report_load import ReportError, find_audits, load_dir
+from .report_load import ReportError, load_dir
 from .report_sections import calibration_section, kl_section, probe_section, train_section
 from .report_tables import metric_names, metric_table, metric_title
 from .results import dumps, to_csv
@@ -106,6 +108,16 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
+def _checkpoints_from(doc: Mapping[str, Any], root: Path, where: Path) -> None:
+    """Each checkpoint (named from `root` in a merged document) named from `where` instead, where the
+    document is written, so that a report of it finds each checkpoint's training record."""
+    for entry in doc["rewards"].values():
+        for s in entry["seeds"].values():
+            for it in s["iterations"].values():
+                if it.get("checkpoint"):
+                    it["checkpoint"] = Path(os.path.relpath(root / it["checkpoint"], where)).as_posix()
+
+
 def write_report(root: Path, out: Path | None = None, data: bool = False) -> Path:
     """report.md and its figures; with `data`, also the merged audit.json and audit.csv beside it (one
     document of audits made apart, e.g. one per reward, to commit or compare). Refused where they would
@@ -113,14 +125,15 @@ def write_report(root: Path, out: Path | None = None, data: bool = False) -> Pat
     from selfplay.artifacts import write_texts_atomic
 
     out = out or root / "report.md"
-    if data and out.parent.resolve() == root.resolve() and find_audits(root) != [root / "audit.json"]:
-        raise ReportError(f"{root}: --data would write audit.json above the audits it merges, which later "
-                          "reports would then read instead of them; give --out in another directory")
+    if data and out.parent.resolve().is_relative_to(root.resolve()):
+        raise ReportError(f"{out.parent}: --data writes audit.json there, inside {root}, where it would hide "
+                          "or repeat the audits it merges; give --out in a directory outside it")
     doc = load_dir(root)
     figs = write_figures(doc, out.parent / "figures")
     texts = {out: render(doc, [f.relative_to(out.parent).as_posix() for f in figs])}
     if data:
-        merged = {k: v for k, v in doc.items() if k != "train"}
+        merged = copy.deepcopy({k: v for k, v in doc.items() if k != "train"})
+        _checkpoints_from(merged, root, out.parent)
         texts |= {out.parent / "audit.json": dumps(merged), out.parent / "audit.csv": to_csv(merged)}
     write_texts_atomic(texts)  # all or none
     return out

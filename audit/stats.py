@@ -310,7 +310,9 @@ def within(low: float, high: float, range_: tuple[float, float] | None) -> tuple
     changes no coverage (the true value is inside). NaN ends stay NaN."""
     if range_ is None or not (math.isfinite(low) and math.isfinite(high)):
         return low, high
-    return max(range_[0], low), min(range_[1], high)
+    lo, hi = range_
+    # both ends into the range: an interval wholly outside it becomes its nearest edge, never low > high
+    return min(max(lo, low), hi), max(min(hi, high), lo)
 
 
 def share_t_ci(shares: Sequence[float], clusters: Sequence, *, alpha: float = 0.05) -> BootstrapCI:

@@ -117,17 +117,6 @@ def test_seeds_whose_environments_all_agree_keep_their_own_interval():
     assert got["ci_low"] == 0.0 and got["ci_high"] == pytest.approx(0.121247, abs=1e-6)
 
 
-def test_a_kl_across_seeds_is_cut_at_0_below_only():
-    """KL 1, 2 and 9 nats at three seeds with no environment spread recorded: mean 4, sd √19, so
-    4 ± t_{2, .975} · √19 / √3 = 4 ± 4.302653 · 2.516611 = [−6.828, 14.828]; a KL is ≥ 0, so the
-    lower end is 0 and the upper is kept."""
-    seeds = {str(i): {"iterations": {"3": {"metrics": {"kl/per_answer": {
-        "value": v, "ci_low": v, "ci_high": v, "n": 12, "status": "ok"}}, "counts": {}}}}
-        for i, v in enumerate((1.0, 2.0, 9.0))}
-    got = K.seed_interval(seeds, "3", "kl/per_answer")
-    assert got["ci_low"] == 0.0 and got["ci_high"] == pytest.approx(4 + 4.302653 * math.sqrt(19 / 3), abs=1e-5)
-
-
 def test_a_contrast_of_shares_is_cut_to_minus_1_1():
     """Per environment −1, +1, −1 (one seed each): mean −1/3, SE 0.666667 on ~2 df, so its t interval
     reaches about ±3; a difference of two shares lies in [−1, 1]."""
@@ -136,3 +125,5 @@ def test_a_contrast_of_shares_is_cut_to_minus_1_1():
     m = K.reward_contrasts(rewards)["rewards"]["decisive"]["3"]["pref_accuracy_diff/impossible"]
     assert m["value"] == pytest.approx(-1 / 3) and (m["ci_low"], m["ci_high"]) == (-1.0, 1.0)
     assert S.within(-3.0, 2.0, None) == (-3.0, 2.0)  # an unbounded metric (a margin) is not cut
+    assert S.within(-0.3, -0.1, (0.0, 1.0)) == (0.0, 0.0)  # wholly outside: its nearest edge, never low > high
+    assert S.within(1.2, 1.5, (0.0, 1.0)) == (1.0, 1.0)

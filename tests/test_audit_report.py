@@ -230,22 +230,36 @@ def test_a_sweep_of_many_runs_keeps_one_colour_per_reward_and_a_marker_per_seed(
     assert styles[("random", "0")][0] != styles[("anchored", "0")][0]
 
 
-def test_data_writes_the_merged_audit_beside_the_report_and_never_above_its_parts(tmp_path, capsys):
-    """Two rewards audited apart: --data writes one audit.json holding both, their checkpoints named
-    from DIR, and its csv, beside a report outside DIR; into DIR itself it is refused before anything
-    is written, since DIR/audit.json would hide the parts from every later report."""
+def _write_metrics(ckpt: Path, metrics: dict) -> None:
+    from selfplay.artifacts import write_manifest
+
+    ckpt.mkdir(parents=True)
+    (ckpt / "metrics.json").write_text(json.dumps({"iteration": 1, "metrics": metrics}))
+    write_manifest(ckpt)  # read as training wrote it: through its DONE
+
+
+def test_data_writes_the_merged_audit_beside_the_report_and_never_inside_dir(tmp_path, capsys):
+    """Two rewards audited apart, each checkpoint with its training record: --data writes one
+    audit.json holding both, each checkpoint named from where it is written so that a report of the
+    merged file still finds the training record, and its csv. Inside DIR (DIR itself, a part's dir or
+    any dir below) it is refused before anything is written: it would hide or repeat the parts."""
     root = tmp_path / "runs"
     for reward in ("anchored", "rubric"):
         write(root / reward, {**DOC, "rewards": {reward: DOC["rewards"][reward]}})
-    assert report.main([str(root), "--data"]) == 1
-    assert "--data would write audit.json above the audits it merges" in capsys.readouterr().err
+    _write_metrics(root / "anchored" / "x", {"pairs/kept": 7})
+    for inside in (root, root / "anchored", root / "results"):
+        assert report.main([str(root), "--out", str(inside / "report.md"), "--data"]) == 1
+        assert "--data writes audit.json there, inside" in capsys.readouterr().err
     assert sorted(p.name for p in root.iterdir()) == ["anchored", "rubric"]
-    out = tmp_path / "results" / "report.md"
+    assert sorted(p.name for p in (root / "anchored").iterdir()) == ["audit.json", "x"]
+    out = tmp_path / "results" / "mixed" / "report.md"
     assert report.main([str(root), "--out", str(out), "--data"]) == 0
     merged = json.loads((out.parent / "audit.json").read_text())
     assert sorted(merged["rewards"]) == ["anchored", "rubric"] and "train" not in merged
-    assert merged["rewards"]["anchored"]["seeds"]["1"]["iterations"]["1"]["checkpoint"] == "anchored/x"
+    assert merged["rewards"]["anchored"]["seeds"]["1"]["iterations"]["1"]["checkpoint"] == "../../runs/anchored/x"
     assert merged["rewards"]["anchored"]["across_seeds"]["1"]["va_gap/impossible"]["mean"] == pytest.approx(0.4)
     csv_lines = (out.parent / "audit.csv").read_text().splitlines()
     assert any(line.startswith("rubric,1,1,va_gap/impossible,0.1,") for line in csv_lines)
-    assert report.load_dir(out.parent)["rewards"].keys() == merged["rewards"].keys()  # it reads back
+    back = report.load_dir(out.parent)  # read back: the same rewards, the training record still found
+    assert back["rewards"].keys() == merged["rewards"].keys()
+    assert back["train"]["anchored"]["1"]["1"]["metrics"]["pairs/kept"] == 7
