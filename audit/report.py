@@ -25,7 +25,6 @@ the over-optimisation curve: apparent and verified success on impossible environ
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,7 +38,7 @@ from .report_compare import comparison_table, comparisons
 from .report_load import ReportError, load_dir
 from .report_sections import calibration_section, kl_section, probe_section, train_section
 from .report_tables import metric_names, metric_table, metric_title
-from .results import dumps, to_csv
+from .results import dumps, json_safe, to_csv
 
 
 def probe_set_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -132,7 +131,7 @@ def write_report(root: Path, out: Path | None = None, data: bool = False) -> Pat
     figs = write_figures(doc, out.parent / "figures")
     texts = {out: render(doc, [f.relative_to(out.parent).as_posix() for f in figs])}
     if data:
-        merged = copy.deepcopy({k: v for k, v in doc.items() if k != "train"})
+        merged = json_safe({k: v for k, v in doc.items() if k != "train"})  # a copy, NaN as null like audit.gap's
         _checkpoints_from(merged, root, out.parent)
         texts |= {out.parent / "audit.json": dumps(merged), out.parent / "audit.csv": to_csv(merged)}
     write_texts_atomic(texts)  # all or none

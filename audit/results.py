@@ -70,14 +70,14 @@ OK = "ok"
 FIGURES_DIR = "figures"
 
 
-def _clean(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
     """JSON-safe: NaN/inf -> None, tuples -> lists, recursively."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, Mapping):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
@@ -112,7 +112,7 @@ def build_results(settings: Mapping[str, Any],
         entry["across_seeds"] = across_seeds(entry["seeds"], alpha)
     doc = {"version": VERSION, "settings": dict(settings), "skipped": list(skipped or []), "rewards": rewards,
            "contrasts": reward_contrasts(rewards, settings.get("baseline"), alpha)}
-    return _clean(doc)
+    return json_safe(doc)
 
 
 UNDEFINED = "undefined"
@@ -159,7 +159,7 @@ def across_seeds(seeds: Mapping[str, Any], alpha: float = 0.05) -> dict[str, Any
 
 
 def dumps(doc: Mapping[str, Any]) -> str:
-    return json.dumps(_clean(doc), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    return json.dumps(json_safe(doc), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -260,6 +260,8 @@ def test_data_writes_the_merged_audit_beside_the_report_and_never_inside_dir(tmp
     assert merged["rewards"]["anchored"]["across_seeds"]["1"]["va_gap/impossible"]["mean"] == pytest.approx(0.4)
     csv_lines = (out.parent / "audit.csv").read_text().splitlines()
     assert any(line.startswith("rubric,1,1,va_gap/impossible,0.1,") for line in csv_lines)
+    assert not any(",nan," in line for line in csv_lines)  # undefined is empty, as audit.gap writes it
+    assert "anchored,all,0,fpr/policy,0.5,,,1,,," in csv_lines  # one seed defined: no interval
     back = report.load_dir(out.parent)  # read back: the same rewards, the training record still found
     assert back["rewards"].keys() == merged["rewards"].keys()
     assert back["train"]["anchored"]["1"]["1"]["metrics"]["pairs/kept"] == 7
