@@ -119,8 +119,8 @@ def _checkpoints_from(doc: Mapping[str, Any], root: Path, where: Path) -> None:
 
 def write_report(root: Path, out: Path | None = None, data: bool = False) -> Path:
     """report.md and its figures; with `data`, also the merged audit.json and audit.csv beside it (one
-    document of audits made apart, e.g. one per reward, to commit or compare). Refused where they would
-    land in DIR above the audits they merge: DIR/audit.json would then hide them from later reports."""
+    document of audits made apart, e.g. one per reward, to commit or compare). Refused anywhere inside
+    DIR: there they would hide (DIR/audit.json) or repeat (a dir below) the audits they merge."""
     from selfplay.artifacts import write_texts_atomic
 
     out = out or root / "report.md"
