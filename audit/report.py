@@ -8,7 +8,8 @@ reward or seed dir audited on its own); those are merged, and one reward × seed
 error rather than a silent choice. `--out results/x/report.md --data` also writes the merged
 `audit.json` and `audit.csv` beside the report, so that runs audited apart are kept as one document;
 `--include results/x/audit.json` merges such a document back in, so that runs audited on another
-machine (whose checkpoints are gone) join the ones audited here.
+machine join the ones audited here (DIR must not hold their audits too; their training table rows
+come from the `metrics.json` beside each checkpoint, so runs whose checkpoints are gone have none).
 
 The report opens with the oracle calibration: every verifier's agreement, accept-invalid and
 reject-valid rates on the labelled answers (audit.calibration), the gate's verdict with its reasons
@@ -142,7 +143,8 @@ def write_report(root: Path, out: Path | None = None, data: bool = False, includ
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m audit.report", description=__doc__.split("\n")[0])
-    ap.add_argument("dir", type=Path, help="an audited experiment dir (holding audit.json, or audits below it)")
+    ap.add_argument("dir", type=Path, help="an audited experiment dir (holding audit.json, or audits below it; "
+                    "with --include it may hold none)")
     ap.add_argument("--out", type=Path, default=None, help="report path (default DIR/report.md)")
     ap.add_argument("--data", action="store_true",
                     help="also write the merged audit.json and audit.csv beside the report")

@@ -21,7 +21,8 @@ class ReportError(ValueError):
 
 
 def find_audits(root: Path, required: bool = True) -> list[Path]:
-    """DIR/audit.json, or else every audit.json below DIR (reward and seed dirs audited apart)."""
+    """DIR/audit.json, or else every audit.json below DIR (reward and seed dirs audited apart); none is
+    an error unless not `required` (audits named by --include are read instead)."""
     if (root / "audit.json").is_file():
         return [root / "audit.json"]
     found = sorted(p for p in root.rglob("audit.json") if "audit_cache" not in p.parts)
@@ -36,7 +37,8 @@ def merge(docs: Sequence[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
     seen: dict[tuple[str, str], Path] = {}
     settings = []
     for path, doc in docs:
-        settings.append(doc.get("settings", {}))
+        given = doc.get("settings", {})  # a merged document's may already list several
+        settings.extend(given if isinstance(given, list) else [given])
         for reward, entry in doc["rewards"].items():
             for seed, s in entry["seeds"].items():
                 if not s.get("iterations"):  # every checkpoint skipped: nothing to report for it
@@ -82,7 +84,7 @@ def _rebase(doc: Mapping[str, Any], part: Path, root: Path) -> None:
     `root` too: its names climb out of `root` and back down)."""
     if part == root:
         return
-    via = os.path.relpath(part.resolve(), root.resolve())
+    via = os.path.relpath(part, root)  # as written, like report._checkpoints_from: a symlink is not followed
     for entry in doc["rewards"].values():
         for s in entry["seeds"].values():
             for it in s["iterations"].values():
@@ -91,10 +93,16 @@ def _rebase(doc: Mapping[str, Any], part: Path, root: Path) -> None:
 
 
 def load_dir(root: Path, include: Sequence[Path] = ()) -> dict[str, Any]:
+    paths = find_audits(root, required=not include)
+    if include and not paths:
+        print(f"audit.report: warning: {root}: no audit.json below it; reporting the --include audits alone",
+              file=sys.stderr)
     for p in include:
         if not p.is_file():
             raise ReportError(f"{p}: --include names no audit.json file")
-    paths = [*find_audits(root, required=not include), *include]
+        if any(p.resolve() == q.resolve() for q in paths):
+            raise ReportError(f"{p}: --include names an audit.json already read (below {root}, or named twice)")
+        paths.append(p)
     docs = []
     train: dict[str, Any] = {}
     for p in paths:

@@ -269,37 +269,55 @@ def test_data_writes_the_merged_audit_beside_the_report_and_never_inside_dir(tmp
 
 def test_include_merges_a_committed_audit_back_in_and_refuses_a_reward_seed_twice(tmp_path, capsys):
     """Runs audited on another machine, kept as the merged audit.json --data wrote, join a run audited
-    here: --include reads that document, names its checkpoints from DIR (so the training records of
-    runs still on disk are found) and writes them back out named from --out; the same reward × seed
-    in the included file and under DIR is refused, and a missing file is one line, nothing written."""
+    here: --include reads that document, names its checkpoints from DIR and writes them back out named
+    from --out (a directory at another depth, so a name left as it was would point elsewhere); the
+    same reward × seed in the included file and under DIR, an audit named twice, and a missing file
+    are each one line with nothing written."""
     root = tmp_path / "runs"
     write(root / "anchored", {**DOC, "rewards": {"anchored": DOC["rewards"]["anchored"]}})
     write(root / "rubric", {**DOC, "rewards": {"rubric": DOC["rewards"]["rubric"]}})
     _write_metrics(root / "rubric" / "x", {"pairs/kept": 5})
-    results = tmp_path / "results" / "jd"
-    assert report.main([str(root / "rubric"), "--out", str(results / "report.md"), "--data"]) == 0
-    committed = results / "audit.json"
+    elsewhere = tmp_path / "results" / "jd"
+    assert report.main([str(root / "rubric"), "--out", str(elsewhere / "report.md"), "--data"]) == 0
+    committed = elsewhere / "audit.json"
     assert json.loads(committed.read_text())["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"][
         "checkpoint"] == "../../runs/rubric/x"
-    before = committed.read_text()
-    for bad in (tmp_path / "nope.json", results):
-        assert report.main([str(root / "anchored"), "--include", str(bad), "--out", str(results / "report.md"),
-                            "--data"]) == 1
+    out = tmp_path / "jd" / "report.md"
+    for bad in (tmp_path / "nope.json", elsewhere):
+        assert report.main([str(root / "anchored"), "--include", str(bad), "--out", str(out), "--data"]) == 1
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(bad) in err and "--include" in err
-    assert committed.read_text() == before
-    assert report.main([str(root), "--include", str(committed), "--out", str(results / "report.md"), "--data"]) == 1
+    assert report.main([str(root / "anchored"), "--include", str(committed), "--include", str(committed),
+                        "--out", str(out), "--data"]) == 1
+    assert "already read" in capsys.readouterr().err
+    assert report.main([str(root), "--include", str(committed), "--out", str(out), "--data"]) == 1
     assert "rubric seed 0 is audited in both" in capsys.readouterr().err
-    assert committed.read_text() == before
-    assert report.main([str(root / "anchored"), "--include", str(committed), "--out", str(results / "report.md"),
-                        "--data"]) == 0
-    merged = json.loads(committed.read_text())
+    assert not out.parent.exists()
+    assert report.main([str(root / "anchored"), "--include", str(committed), "--out", str(out), "--data"]) == 0
+    merged = json.loads((out.parent / "audit.json").read_text())
     assert sorted(merged["rewards"]) == ["anchored", "rubric"]
     rubric = merged["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"]
-    assert rubric["checkpoint"] == "../../runs/rubric/x"
+    assert rubric["checkpoint"] == "../runs/rubric/x"
     assert rubric["metrics"] == DOC["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"]["metrics"]
-    assert merged["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["checkpoint"] == "../../runs/anchored/x"
-    (tmp_path / "elsewhere").mkdir()
-    back = report.load_dir(tmp_path / "elsewhere", [committed])  # no audit below DIR: the included one alone
-    assert back["train"]["rubric"]["0"]["1"]["metrics"]["pairs/kept"] == 5  # found through the rebased names
-    assert "| anchored |" in (results / "report.md").read_text() and "| rubric |" in (results / "report.md").read_text()
+    assert merged["rewards"]["anchored"]["seeds"]["0"]["iterations"]["1"]["checkpoint"] == "../runs/anchored/x"
+    md = out.read_text()
+    assert "| anchored |" in md and "| rubric | 0 | 1 |" in md  # the included run's training record found
+    (tmp_path / "empty").mkdir()
+    again = report.load_dir(tmp_path / "empty", [out.parent / "audit.json"])
+    assert "no audit.json below it" in capsys.readouterr().err
+    assert again["rewards"]["rubric"]["seeds"]["0"]["iterations"]["1"]["checkpoint"] == "../runs/rubric/x"
+    assert again["train"]["rubric"]["0"]["1"]["metrics"]["pairs/kept"] == 5
+
+
+def test_include_reads_a_merge_of_audits_with_different_settings(tmp_path):
+    """--data of audits made with different settings lists each; included again, that list is read as
+    the audits' settings, not nested or taken for one audit's."""
+    root = tmp_path / "runs"
+    write(root / "anchored", {**DOC, "rewards": {"anchored": DOC["rewards"]["anchored"]}})
+    write(root / "rubric", {**DOC, "settings": {**DOC["settings"], "n": 3}, "rewards": {"rubric": DOC["rewards"]["rubric"]}})
+    report.write_report(root, tmp_path / "a" / "report.md", data=True)
+    merged = json.loads((tmp_path / "a" / "audit.json").read_text())
+    assert [s["n"] for s in merged["settings"]] == [2, 3]
+    (tmp_path / "empty").mkdir()
+    again = report.load_dir(tmp_path / "empty", [tmp_path / "a" / "audit.json"])
+    assert [s["n"] for s in again["settings"]] == [2, 3] and sorted(again["rewards"]) == ["anchored", "rubric"]
