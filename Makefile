@@ -151,7 +151,7 @@ experiment-train: install warm-start
 
 experiment: experiment-train
 	$(PY) -m audit.gap ckpt=$(EXPERIMENT) $(JD_AUDIT)
-	$(PY) -m audit.report $(EXPERIMENT)
+	$(PY) -m audit.report $(EXPERIMENT) --against decisive --against anchored --against commit_first
 	$(PY) -m audit.gap ckpt=$(LABELLED) $(JD_AUDIT)
 	$(PY) -m audit.report $(LABELLED)
 

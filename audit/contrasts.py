@@ -153,3 +153,30 @@ def contrast_lines(doc: Mapping[str, Any]) -> list[str]:
     if not rows:
         lines.append("| — | no metric with per-environment values in both rewards | | | | | |")
     return lines + [""]
+
+
+# the headline figure and its release twin: a design-against-design table of every contrast metric
+# would repeat the baseline section once per reward compared against
+PAIRWISE_METRICS = ("pref_margin_diff/impossible", "pref_margin_diff/impossible@release")
+
+
+def pairwise_lines(rewards: Mapping[str, Any], against: list[str], alpha: float = 0.05) -> list[str]:
+    """The report's section for `--against`: every reward minus each named reward at the last iteration
+    both audited, on `PAIRWISE_METRICS` (e.g. a design against the positive control, or two designs)."""
+    if not against:
+        return []
+    lines = ["## Rewards against each other (paired over environments, across seeds; last iteration both ran)", "",
+             "As the section above, with the reward subtracted named in each row (`--against`).", "",
+             "| reward | minus | metric | t | difference [95% interval] | p | environments | seeds |",
+             "|---|---|---|---|---|---|---|---|"]
+    for base in dict.fromkeys(against):  # a reward named twice is read against once
+        for reward, by_t in sorted(reward_contrasts(rewards, base, alpha)["rewards"].items()):
+            t = max(by_t, key=int)
+            for name in PAIRWISE_METRICS:
+                m = by_t[t].get(name)
+                if m is None:
+                    continue
+                p = f"{m['p']:.3g}" if _finite(m.get("p")) else "—"
+                lines.append(f"| {reward} | {base} | `{name}` | {t} | {_num(m['value'])} [{_num(m['ci_low'])}, "
+                             f"{_num(m['ci_high'])}] | {p} | {m['n']} | {' vs '.join(map(str, m['n_seeds']))} |")
+    return lines + [""]

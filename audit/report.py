@@ -23,6 +23,8 @@ a paired environment bootstrap (both rewards resampled by the same draw of envir
 over the seeds both ran, so the environment is the unit and its samples are never treated as
 independent), a two-sided bootstrap p-value and Bonferroni correction over the comparisons. Last,
 the over-optimisation curve: apparent and verified success on impossible environments against √KL(π_t ‖ π_0).
+`--against decisive --against anchored` adds every reward's headline probe margin minus each named
+reward's (a design against the positive control, or against another design), paired as the baseline's.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .contrasts import contrast_lines
+from .contrasts import contrast_lines, pairwise_lines
 from .figures import write_figures
 from .power_report import power_section
 from .report_compare import comparison_table, comparisons
@@ -71,8 +73,8 @@ def _oracle_label(oracle: Any) -> str:
 
 # -- the document -----------------------------------------------------------------------------------
 
-def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
-    """report.md text (pure)."""
+def render(doc: Mapping[str, Any], figures: Sequence[str] = (), against: Sequence[str] = ()) -> str:
+    """report.md text (pure); `against`: rewards every other one is also read against (`--against`)."""
     seeds = {r: sorted(e["seeds"], key=int) for r, e in sorted(doc["rewards"].items())}
     settings = doc.get("settings", {})
     lines = ["# Hidden-anchor audit report", "",
@@ -103,6 +105,7 @@ def render(doc: Mapping[str, Any], figures: Sequence[str] = ()) -> str:
     if rows:
         lines += [*comparison_table(rows), ""]
     lines += contrast_lines(doc)
+    lines += pairwise_lines(doc["rewards"], list(against))
     lines += kl_section(doc)
     lines += power_lines(doc)
     if figures:
@@ -120,7 +123,8 @@ def _checkpoints_from(doc: Mapping[str, Any], root: Path, where: Path) -> None:
                     it["checkpoint"] = Path(os.path.relpath(root / it["checkpoint"], where)).as_posix()
 
 
-def write_report(root: Path, out: Path | None = None, data: bool = False, include: Sequence[Path] = ()) -> Path:
+def write_report(root: Path, out: Path | None = None, data: bool = False, include: Sequence[Path] = (),
+                 against: Sequence[str] = ()) -> Path:
     """report.md and its figures; with `data`, also the merged audit.json and audit.csv beside it (one
     document of audits made apart, e.g. one per reward, to commit or compare). Refused anywhere inside
     DIR: there they would hide (DIR/audit.json) or repeat (a dir below) the audits they merge."""
@@ -131,8 +135,11 @@ def write_report(root: Path, out: Path | None = None, data: bool = False, includ
         raise ReportError(f"{out.parent}: --data writes audit.json there, inside {root}, where it would hide "
                           "or repeat the audits it merges; give --out in a directory outside it")
     doc = load_dir(root, include)
+    unknown = [r for r in against if r not in doc["rewards"]]
+    if unknown:
+        raise ReportError(f"--against {unknown[0]}: not a reward of this audit (audited: {', '.join(sorted(doc['rewards']))})")
     figs = write_figures(doc, out.parent / "figures")
-    texts = {out: render(doc, [f.relative_to(out.parent).as_posix() for f in figs])}
+    texts = {out: render(doc, [f.relative_to(out.parent).as_posix() for f in figs], against)}
     if data:
         merged = json_safe({k: v for k, v in doc.items() if k != "train"})  # a copy, NaN as null like audit.gap's
         _checkpoints_from(merged, root, out.parent)
@@ -150,12 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also write the merged audit.json and audit.csv beside the report")
     ap.add_argument("--include", type=Path, action="append", default=[], metavar="AUDIT_JSON",
                     help="also merge this audit.json (repeatable), e.g. the one --data wrote on another machine")
+    ap.add_argument("--against", action="append", default=[], metavar="REWARD",
+                    help="also read every other reward against this one (repeatable), e.g. a design against the "
+                         "positive control or against another design")
     args = ap.parse_args(argv)
     if not args.dir.is_dir():
         print(f"audit.report: error: {args.dir}: not a directory", file=sys.stderr)
         return 1
     try:
-        out = write_report(args.dir, args.out, args.data, args.include)
+        out = write_report(args.dir, args.out, args.data, args.include, args.against)
     except ReportError as e:
         print(f"audit.report: error: {e}", file=sys.stderr)
         return 1

@@ -127,3 +127,15 @@ def test_a_contrast_of_shares_is_cut_to_minus_1_1():
     assert S.within(-3.0, 2.0, None) == (-3.0, 2.0)  # an unbounded metric (a margin) is not cut
     assert S.within(-0.3, -0.1, (0.0, 1.0)) == (0.0, 0.0)  # wholly outside: its nearest edge, never low > high
     assert S.within(1.2, 1.5, (0.0, 1.0)) == (1.0, 1.0)
+
+
+def test_pairwise_lines_read_each_reward_against_each_named_one():
+    """`--against`: anchored − random is the baseline contrast above (+1.833), random − anchored its
+    negative, each at the last iteration both ran; one named twice is read once; nothing named, no section."""
+    lines = K.pairwise_lines(REWARDS, ["random", "anchored"])
+    rows = [line for line in lines if line.startswith("| anchored |") or line.startswith("| random |")]
+    assert rows[0].startswith("| anchored | random | `pref_margin_diff/impossible` | 1 | +1.833 [")
+    assert rows[1].startswith("| random | anchored | `pref_margin_diff/impossible` | 1 | -1.833 [")
+    assert rows[0].endswith("| 3 | 2 vs 1 |") and len(rows) == 2
+    assert len(K.pairwise_lines(REWARDS, ["random", "random"])) == len(K.pairwise_lines(REWARDS, ["random"])) == 8
+    assert K.pairwise_lines(REWARDS, []) == []

@@ -321,3 +321,13 @@ def test_include_reads_a_merge_of_audits_with_different_settings(tmp_path):
     (tmp_path / "empty").mkdir()
     again = report.load_dir(tmp_path / "empty", [tmp_path / "a" / "audit.json"])
     assert [s["n"] for s in again["settings"]] == [2, 3] and sorted(again["rewards"]) == ["anchored", "rubric"]
+
+
+def test_against_names_an_audited_reward_or_writes_nothing(tmp_path, capsys):
+    write(tmp_path, DOC)
+    assert report.main([str(tmp_path), "--against", "decisive"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--against decisive: not a reward of this audit (audited: anchored, generic, rubric)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.json"]
+    assert report.main([str(tmp_path), "--against", "rubric"]) == 0
+    assert "| reward | minus | metric |" in (tmp_path / "report.md").read_text()
