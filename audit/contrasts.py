@@ -131,6 +131,13 @@ def _num(x: Any) -> str:
     return f"{x:+.3f}" if _finite(x) else "—"
 
 
+def _cells(m: Mapping[str, Any]) -> str:
+    """A contrast's table cells: difference [interval] | p | environments | seeds."""
+    p = f"{m['p']:.3g}" if _finite(m.get("p")) else "—"
+    return (f"{_num(m['value'])} [{_num(m['ci_low'])}, {_num(m['ci_high'])}] | {p} | {m['n']} | "
+            f"{' vs '.join(map(str, m['n_seeds']))}")
+
+
 def contrast_lines(doc: Mapping[str, Any]) -> list[str]:
     """The report's section: each reward minus the baseline at every iteration, per contrast metric."""
     c = doc.get("contrasts") or {}
@@ -147,9 +154,7 @@ def contrast_lines(doc: Mapping[str, Any]) -> list[str]:
         for t, ms in sorted(by_t.items(), key=lambda kv: int(kv[0])):
             for name, m in sorted(ms.items()):
                 rows += 1
-                p = f"{m['p']:.3g}" if _finite(m.get("p")) else "—"
-                lines.append(f"| {reward} | `{name}` | {t} | {_num(m['value'])} [{_num(m['ci_low'])}, "
-                             f"{_num(m['ci_high'])}] | {p} | {m['n']} | {' vs '.join(map(str, m['n_seeds']))} |")
+                lines.append(f"| {reward} | `{name}` | {t} | {_cells(m)} |")
     if not rows:
         lines.append("| — | no metric with per-environment values in both rewards | | | | | |")
     return lines + [""]
@@ -176,7 +181,5 @@ def pairwise_lines(rewards: Mapping[str, Any], against: list[str], alpha: float 
                 m = by_t[t].get(name)
                 if m is None:
                     continue
-                p = f"{m['p']:.3g}" if _finite(m.get("p")) else "—"
-                lines.append(f"| {reward} | {base} | `{name}` | {t} | {_num(m['value'])} [{_num(m['ci_low'])}, "
-                             f"{_num(m['ci_high'])}] | {p} | {m['n']} | {' vs '.join(map(str, m['n_seeds']))} |")
+                lines.append(f"| {reward} | {base} | `{name}` | {t} | {_cells(m)} |")
     return lines + [""]
