@@ -54,11 +54,18 @@ def job_processes(root: int) -> list:
             if "submitit.core._submit" in " ".join(p.cmdline())]
 
 
+def job_logs(sweep) -> str:
+    """Everything submitit's job wrote, both streams of every attempt."""
+    return "".join(p.read_text(errors="replace") for p in sorted(sweep.rglob("*.err")) + sorted(sweep.rglob("*.out")))
+
+
 @pytest.mark.slow
 def test_a_timed_out_sweep_job_is_requeued_and_resumes(tmp_path):
-    """The signal is sent by the test once iteration 2 is complete (what the executor sends
-    `signal_delay_s` before the limit; the job counts itself timed out), so the cut does not depend
-    on how fast this machine trains."""
+    """The signal is sent by the test once iteration 2 is complete and logged (what the executor
+    sends `signal_delay_s` before the limit; the job counts itself timed out), so the cut does not
+    depend on how fast this machine trains. Waiting for the log line too, not only for `DONE`: the
+    line follows the rename, and a signal between the two would lose it, reading as an iteration
+    never trained."""
     import signal
     import time
 
@@ -73,7 +80,7 @@ def test_a_timed_out_sweep_job_is_requeued_and_resumes(tmp_path):
         proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             deadline = time.monotonic() + 600
-            while not (run / "iter_2" / "DONE").exists():
+            while not ((run / "iter_2" / "DONE").exists() and "iteration 2: " in job_logs(sweep)):
                 assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
                 time.sleep(0.2)
             for p in job_processes(proc.pid):
@@ -82,7 +89,7 @@ def test_a_timed_out_sweep_job_is_requeued_and_resumes(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
-    logs = "".join(p.read_text(errors="replace") for p in sorted(sweep.rglob("*.err")) + sorted(sweep.rglob("*.out")))
+    logs = job_logs(sweep)
     assert len([line for line in logs.splitlines() if line.startswith("submitit INFO") and "Requeued job" in line]) == 1, logs[-3000:]
     done = sorted(p.parent.name for p in run.glob("iter_*/DONE"))
     assert done == sorted(f"iter_{t}" for t in range(ITERATIONS + 1))
