@@ -113,6 +113,34 @@ def test_prefix_reuse_matches_plain_path(backend):
     np.testing.assert_allclose(plain, single, atol=1e-4)
 
 
+def test_sequence_logprobs_share_a_prompt_like_the_plain_path(backend):
+    """Several answers to one prompt (the probe's and the KL's calls) run the prompt once and continue
+    its KV cache; at τ ≠ 1, with answers of different lengths (a batch boundary inside the group),
+    a token-id completion and an empty one, the sums equal the plain path's and one-at-a-time's."""
+    prompts = judge_prompts(backend)
+    answers = [" revenue grew", " The packet cannot settle it.", "", " no", [17, 5, 99, 3]]
+    rows_p = [prompts[0]] * len(answers) + [prompts[1]] * 2 + [prompts[5]]
+    rows_c = answers + [" up", " down and away"] + [" alone"]
+    ids = backend.encode(rows_p)
+    # prompt 0's five answers share it whole (with one tokenizer prompt 1's join them on a shorter prefix)
+    assert any(plen > 0 and len(m) >= 5 for plen, m in prefix_groups(ids, backend.min_prefix)), \
+        "shared-prefix path not exercised"
+    size = backend.batch_size
+    backend.batch_size = 2
+    try:
+        cached = backend.sequence_logprobs(rows_p, rows_c, temperature=0.7)
+        backend.reuse_prefix = False
+        plain = backend.sequence_logprobs(rows_p, rows_c, temperature=0.7)
+        single = np.array([backend.sequence_logprobs([p], [c], temperature=0.7)[0] for p, c in zip(rows_p, rows_c)])
+    finally:
+        backend.reuse_prefix = True
+        backend.batch_size = size
+    assert cached[2] == 0.0 and plain[2] == 0.0
+    assert len({round(x, 3) for x in plain}) > 4  # the answers get different log-probs
+    np.testing.assert_allclose(cached, plain, atol=1e-4)
+    np.testing.assert_allclose(plain, single, atol=1e-4)
+
+
 def test_sequence_logprobs_chain_next_token_logprobs(backend):
     """log p("ab" | x) = log p(a | x) + log p(b | x a): checked on token ids, so no text round trip."""
     prompts = judge_prompts(backend)[:2]

@@ -43,16 +43,22 @@ def right_padded(
 
 def completion_logprob_sums(
     model, seqs: Sequence[Sequence[int]], prompt_lens: Sequence[int], *, temperature: float = 1.0,
-    pad_id: int = 0, row_keep: bool | None = None, **forward_kw,
+    pad_id: int = 0, row_keep: bool | None = None, prefix_len: int = 0, **forward_kw,
 ) -> list[float]:
     """For each token sequence, sum over positions t >= prompt_lens[i] of
     log softmax(logits_{t-1} / temperature)[seq[t]]; 0 for a sequence with nothing after its prompt.
 
     The rows are right-padded, so pads come after every real token and a causal model's real
     positions never see them. `row_keep` (default `ROW_KEEP`) picks per-row `logits_to_keep` or the
-    last-k fallback; `forward_kw` goes to the model's forward as is."""
+    last-k fallback; `forward_kw` goes to the model's forward as is. With `prefix_len` > 0 the rows
+    continue a prefix of that many tokens whose KV cache `forward_kw` carries (one row's worth per
+    row): they sit at positions prefix_len onward and attend to all of it."""
     device = next(model.parameters()).device
     input_ids, attention, keep = right_padded(seqs, prompt_lens, pad_id)
+    if prefix_len:
+        attention = torch.cat([torch.ones((len(seqs), prefix_len), dtype=attention.dtype), attention], dim=1)
+        positions = prefix_len + torch.arange(input_ids.shape[1])
+        forward_kw = dict(forward_kw, position_ids=positions[None].expand(len(seqs), -1).to(device), use_cache=True)
     kw = dict(input_ids=input_ids.to(device), attention_mask=attention.to(device), **forward_kw)
     if ROW_KEEP if row_keep is None else row_keep:
         logits = model(**kw, logits_to_keep=keep.to(device)).logits

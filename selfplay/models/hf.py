@@ -9,9 +9,9 @@
   says), seeded inside the call with a forked RNG: same seed and batch size -> same completions on CPU,
   and the caller's global RNG is left untouched. A different `batch_size` draws different (equally
   valid) samples, and CUDA kernels are not bitwise reproducible.
-- `next_token_logprobs` groups prompts that share a token prefix (several candidates of one
-  environment inside a judge prompt), runs the prefix once and reuses a copy of its KV cache for each
-  batch of suffixes. `reuse_prefix=False` is the plain left-padded path, kept as the reference.
+- `next_token_logprobs` and `sequence_logprobs` group prompts that share a token prefix (several
+  candidates of one environment inside a judge prompt; several answers to one prompt), run the prefix
+  once and reuse a copy of its KV cache for each batch of suffixes. `reuse_prefix=False` is the plain left-padded path, kept as the reference.
 - On a CPU, generation's decode steps run every linear layer on a oneDNN-prepacked weight with the
   LoRA adapter folded in (`packed.py`): float32 still, summed in another order, so outputs agree with
   the plain layers to float32 rounding. `packed_decode=False` is the plain path, kept as the reference.
@@ -218,11 +218,26 @@ class HFBackend:
                 raise ValueError(f"prompt {i} + completion is {len(p) + len(c)} tokens > max_context {self.cfg.max_context}")
         out = np.zeros(len(p_ids), dtype=np.float64)
         todo = [i for i in range(len(p_ids)) if c_ids[i]]  # an empty completion has log-prob 0
+        # Prompts that share a prefix (the probe's and the KL's answers of one environment share their
+        # whole prompt) run it once: the rows continue its KV cache. The prefix stops before each
+        # member's last prompt token, whose logits score the completion's first token.
+        groups = prefix_groups([p_ids[i] for i in todo], self.min_prefix) if self.reuse_prefix else [(0, list(range(len(todo))))]
+        plain = [todo[m] for plen, members in groups if plen == 0 for m in members]
+        shared = [(plen, [todo[m] for m in members]) for plen, members in groups if plen > 0]
         with self._inference(adapter):
-            for batch in self._batches(todo, "sequence log-probs"):
+            for batch in self._batches(plain, "sequence log-probs"):
                 out[batch] = completion_logprob_sums(
                     self.model, [p_ids[i] + c_ids[i] for i in batch], [len(p_ids[i]) for i in batch],
                     temperature=temperature, pad_id=self._pad_id, row_keep=ROW_KEEP)
+            for plen, rows in shared:
+                cache = self._prefix_cache(p_ids[rows[0]][:plen])
+                for batch in self._batches(rows, "sequence log-probs (shared prefix)"):
+                    batch_cache = copy.deepcopy(cache)
+                    batch_cache.batch_repeat_interleave(len(batch))
+                    out[batch] = completion_logprob_sums(
+                        self.model, [(p_ids[i] + c_ids[i])[plen:] for i in batch], [len(p_ids[i]) - plen for i in batch],
+                        temperature=temperature, pad_id=self._pad_id, row_keep=ROW_KEEP, prefix_len=plen,
+                        **{self._cache_kw: batch_cache})
         return out
 
     def adapter_disabled(self):
