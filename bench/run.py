@@ -23,6 +23,9 @@ P8  sampling wall time for k answers of one prompt ÷ (one prefill of the prompt
     rate + each decode step at M's bandwidth: all weights and the batch's KV cache read once per step);
     the detail also times the model's own weight matrices at k rows through `F.linear` and
     through the oneDNN-packed op that CPU decoding uses: the rates the matmuls of a decode step reach
+P9  the preference probe's log-probs of every authored answer of one environment (one prompt, each
+    answer scored as the policy's turn) with the prompt run once for all of them ÷ the plain path
+    that runs prompt + answer per row; the detail gives both against the token-proportional ideal
 S   iteration wall time at 2× the train environments ÷ at 1×
 """
 
@@ -166,6 +169,26 @@ def p2(be, envs, prefill_rate: float, repeats: int) -> dict:
     return out
 
 
+def p9(be, envs, prefill_rate: float, repeats: int) -> dict:
+    from selfplay.envs.prompt import policy_messages
+    from selfplay.models.chat import end_of_turn
+
+    env = max(envs, key=lambda e: sum(len(d.text) for d in e.public.evidence))
+    prompt = be.render(policy_messages(env.public))
+    turns = [a.text + end_of_turn(be.tokenizer) for a in env.stress_answers]
+    prompts = [prompt] * len(turns)
+    shared, own = shared_and_own_tokens([p + c for p, c in zip(be.encode(prompts), be.encode(turns, check_length=False))])
+    times = {}
+    for reuse in (True, False):
+        be.reuse_prefix = reuse
+        times[reuse] = median_time(lambda: be.sequence_logprobs(prompts, turns), repeats)
+    be.reuse_prefix = True
+    ideal = (shared + own) / prefill_rate
+    return {"P9_probe_shared_prompt_over_plain": times[True] / times[False],
+            "P9_detail": {"task_id": env.task_id, "answers": len(turns), "prompt_tokens": shared, "answer_tokens": own,
+                          "shared_s": times[True], "plain_s": times[False], "token_ideal_s": ideal}}
+
+
 def machine(model, repeats: int) -> dict:
     """fp32 matmul FLOP/s over the model's own linear shapes and memory read bandwidth, this run."""
     cfg = model.config.get_text_config()
@@ -202,6 +225,7 @@ def n_params(model, lora: bool = False) -> int:
 def mini_pairs(be, n: int):
     """One (valid, invalid) stress-answer pair of each of the first `n` mini environments."""
     from selfplay.envs.prompt import policy_messages
+    from selfplay.models.chat import end_of_turn
     from selfplay.pairs import Pair
 
     pairs = []
@@ -248,6 +272,7 @@ def p7(be, m: dict, repeats: int) -> dict:
 
 def p8(be, m: dict, prefill_rate: float, repeats: int, k: int, max_new_tokens: int) -> dict:
     from selfplay.envs.prompt import policy_messages
+    from selfplay.models.chat import end_of_turn
 
     env = mini_envs()[0]
     prompt = be.render(policy_messages(env.public))
@@ -357,7 +382,7 @@ GOALS = {"P1_judge_over_prefill_tokens_per_s": (">=", 0.8), "P2_k8_reuse_over_to
          "P3_logprob_over_rationale_judge_time": ("<=", 0.3),
          "P4_adapter_off_over_precomputed_peak_rss": ("<=", 1.1), "P4_batch4_peak_rss_gb": ("<=", 8.0),
          "P5_iteration_over_phases": ("<=", 1.3), "P7_dpo_over_flop_bound": ("<=", 2.5),
-         "P8_sampling_over_bound": ("<=", 2.0)}
+         "P8_sampling_over_bound": ("<=", 2.0), "P9_probe_shared_prompt_over_plain": ("<=", 0.6)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller budgets (a smoke run)")
     ap.add_argument("--policy", default=POLICY, help="policy config name (a tiny one for a smoke run)")
-    ap.add_argument("--only", choices=["P8"], help="machine bounds, the prefill rate and this ratio alone")
+    ap.add_argument("--only", choices=["P8", "P9"], help="machine bounds, the prefill rate and this ratio alone")
     ap.add_argument("--dpo-memory", choices=["initial", "previous"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.out is None and not args.only:
@@ -397,13 +422,15 @@ def main(argv: list[str] | None = None) -> int:
     be = backend()
     results["machine"] |= machine(be.model, args.repeats)
     k, tokens = (2, 24) if args.quick else (4, 48)
-    if args.only == "P8":
+    if args.only:
         _, _, seqs, t_prefill = judge_prompts_and_prefill(be, envs, args.repeats)
-        measured(p8(be, results["machine"], sum(map(len, seqs)) / t_prefill, args.repeats, k, tokens))
+        rate = sum(map(len, seqs)) / t_prefill
+        measured(p8(be, results["machine"], rate, args.repeats, k, tokens) if args.only == "P8" else p9(be, envs, rate, args.repeats))
     else:
         measured(p1_p3(be, envs, args.repeats))
         rate = results["P1_detail"]["prefill_tokens_per_s"]
         measured(p2(be, envs, rate, args.repeats))
+        measured(p9(be, envs, rate, args.repeats))
         measured(p8(be, results["machine"], rate, args.repeats, k, tokens))
         measured(p7(be, results["machine"], args.repeats))
         del be
