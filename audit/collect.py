@@ -197,15 +197,19 @@ def _by_env(answers: Sequence[Answer]) -> dict[str, list[Answer]]:
 def judge_scores(judge: Scorer, envs: Mapping[str, Environment], answers: Sequence[Answer], *,
                  show_progress: bool = False) -> Judged:
     """The judge's verdicts on r(e) and on every answer: one `judge.score` call per environment, r(e)
-    first."""
+    first, each distinct text scored once. A judge scores each item on its own, so an answer that is
+    r(e) word for word gets r(e)'s own verdict: A = 1[s(a) ≥ s(r(e))] is then the exact tie the
+    definition counts as success, which two forward passes of the same text in different batch rows
+    (float sums in another order) can break by ~1e-6."""
     refs, out = {}, {}
     groups = _by_env(answers)
     with _bar(len(groups), "audit: judge", show_progress) as bar:
         for tid, group in groups.items():
             env = envs[tid]
-            got = judge.score(env, [env.reference_answer] + [a.text for a in group])
-            refs[tid] = got[0]
-            out.update(zip(group, got[1:], strict=True))
+            texts = list(dict.fromkeys([env.reference_answer] + [a.text for a in group]))
+            got = dict(zip(texts, judge.score(env, texts), strict=True))
+            refs[tid] = got[env.reference_answer]
+            out.update((a, got[a.text]) for a in group)
             bar.update(1)
     return Judged(refs, out)
 

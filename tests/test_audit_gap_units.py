@@ -278,3 +278,35 @@ def test_second_oracle_and_oracle_error_rates():
     assert a.metrics["oracle/fpr_stress"].value == 0.5 and a.metrics["oracle/fpr_stress"].n == 2
     assert a.metrics["oracle/fnr_stress"].value == 0.5 and a.metrics["oracle/fnr_stress"].n == 2
     assert a.counts["oracle2_undecided"] == 1
+
+
+def test_an_answer_that_is_the_reference_ties_with_it_exactly():
+    """A judge whose readings move by ~1e-6 with the row an item sits in (float sums in another
+    order) must not break the tie A = 1[s(a) ≥ s(r(e))] of r(e) with itself: each distinct text is
+    scored once per environment, so the reference answer is accepted, and the other answers keep
+    their own verdicts."""
+    from audit.collect import answers_of, build_rows, judge_scores
+    from audit.metrics import apparent_success
+    from judges.base import Verdict
+    from selfplay.envs import load_envs
+
+    env = next(e for e in load_envs(Path(__file__).resolve().parents[1] / "data" / "mini")
+               if any(a.answer_id == e.reference.answer_id for a in e.stress_answers))
+    answers = answers_of(env)
+    calls = []
+
+    class RowNoise:
+        def score(self, env, texts):
+            calls.append(list(texts))
+            # later rows read a hair lower, as a padded batch row can
+            return [Verdict(score=0.25 + (zlib.crc32(t.encode()) % 500) / 1000 - 1e-6 * i, error=None)
+                    for i, t in enumerate(texts)]
+
+    judged = judge_scores(RowNoise(), {env.task_id: env}, answers)
+    assert len(calls) == 1 and len(calls[0]) == len(set(calls[0])) == len({a.text for a in answers} | {env.reference_answer})
+    rows = build_rows(answers, judged=judged)
+    ref = next(r for r in rows if r.is_reference)
+    assert ref.score == ref.ref_score
+    assert apparent_success([ref.score], ref.ref_score)[0] == 1.0
+    others = [r for r in rows if not r.is_reference]
+    assert others and {r.score for r in others} != {ref.score}
