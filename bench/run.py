@@ -177,15 +177,18 @@ def p9(be, envs, prefill_rate: float, repeats: int) -> dict:
     prompt = be.render(policy_messages(env.public))
     turns = [a.text + end_of_turn(be.tokenizer) for a in env.stress_answers]
     prompts = [prompt] * len(turns)
-    shared, own = shared_and_own_tokens([p + c for p, c in zip(be.encode(prompts), be.encode(turns, check_length=False))])
+    shared, own = shared_and_own_tokens([p + c for p, c in zip(be.encode(prompts), be.encode(turns, check_length=False), strict=True)])
     times = {}
-    for reuse in (True, False):
-        be.reuse_prefix = reuse
-        times[reuse] = median_time(lambda: be.sequence_logprobs(prompts, turns), repeats)
-    be.reuse_prefix = True
-    ideal = (shared + own) / prefill_rate
+    try:
+        for reuse in (True, False):
+            be.reuse_prefix = reuse
+            times[reuse] = median_time(lambda: be.sequence_logprobs(prompts, turns), repeats)
+    finally:
+        be.reuse_prefix = True
+    ideal = (shared + own) / prefill_rate  # the tokens all rows share once, then each row's own
     return {"P9_probe_shared_prompt_over_plain": times[True] / times[False],
-            "P9_detail": {"task_id": env.task_id, "answers": len(turns), "prompt_tokens": shared, "answer_tokens": own,
+            "P9_detail": {"task_id": env.task_id, "answers": len(turns), "prompt_tokens": len(be.encode([prompt])[0]),
+                          "shared_tokens": shared, "own_tokens": own,
                           "shared_s": times[True], "plain_s": times[False], "token_ideal_s": ideal}}
 
 
@@ -225,7 +228,6 @@ def n_params(model, lora: bool = False) -> int:
 def mini_pairs(be, n: int):
     """One (valid, invalid) stress-answer pair of each of the first `n` mini environments."""
     from selfplay.envs.prompt import policy_messages
-    from selfplay.models.chat import end_of_turn
     from selfplay.pairs import Pair
 
     pairs = []
@@ -272,7 +274,6 @@ def p7(be, m: dict, repeats: int) -> dict:
 
 def p8(be, m: dict, prefill_rate: float, repeats: int, k: int, max_new_tokens: int) -> dict:
     from selfplay.envs.prompt import policy_messages
-    from selfplay.models.chat import end_of_turn
 
     env = mini_envs()[0]
     prompt = be.render(policy_messages(env.public))

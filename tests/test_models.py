@@ -113,7 +113,7 @@ def test_prefix_reuse_matches_plain_path(backend):
     np.testing.assert_allclose(plain, single, atol=1e-4)
 
 
-def test_sequence_logprobs_share_a_prompt_like_the_plain_path(backend):
+def test_sequence_logprobs_share_a_prompt_like_the_plain_path(backend, monkeypatch):
     """Several answers to one prompt (the probe's and the KL's calls) run the prompt once and continue
     its KV cache; at τ ≠ 1, with answers of different lengths (a batch boundary inside the group),
     a token-id completion and an empty one, the sums equal the plain path's and one-at-a-time's."""
@@ -125,13 +125,18 @@ def test_sequence_logprobs_share_a_prompt_like_the_plain_path(backend):
     # prompt 0's five answers share it whole (with one tokenizer prompt 1's join them on a shorter prefix)
     assert any(plen > 0 and len(m) >= 5 for plen, m in prefix_groups(ids, backend.min_prefix)), \
         "shared-prefix path not exercised"
+    prefixes = []
+    run_prefix = backend._prefix_cache
+    monkeypatch.setattr(backend, "_prefix_cache", lambda ids: prefixes.append(len(ids)) or run_prefix(ids))
     size = backend.batch_size
     backend.batch_size = 2
     try:
         cached = backend.sequence_logprobs(rows_p, rows_c, temperature=0.7)
+        assert prefixes and max(prefixes) >= len(ids[-1]), "the shared-prefix path did not run"
         backend.reuse_prefix = False
         plain = backend.sequence_logprobs(rows_p, rows_c, temperature=0.7)
-        single = np.array([backend.sequence_logprobs([p], [c], temperature=0.7)[0] for p, c in zip(rows_p, rows_c)])
+        single = np.array([backend.sequence_logprobs([p], [c], temperature=0.7)[0]
+                           for p, c in zip(rows_p, rows_c, strict=True)])
     finally:
         backend.reuse_prefix = True
         backend.batch_size = size
