@@ -64,3 +64,16 @@ def test_every_reward_of_the_experiment_composes_on_each_candidate_pool():
             s = train_settings(composed("+policy=smollm2-135m-sft", "+experiment=judge_designs",
                                         f"reward={reward}", f"reward.candidates={pool}"))
             assert (s.reward_name, s.reward["candidates"]) == (reward, pool)
+
+
+def test_the_smaller_budget_differs_from_the_headline_only_in_k_and_epochs():
+    """judge_designs_lean.yaml is the headline recipe (judge_designs_mixed) at half the samples and
+    half the DPO passes, as its README section reports it; nothing else may drift from the headline."""
+    from dataclasses import asdict
+
+    head, lean = (train_settings(composed("+policy=smollm2-135m-sft", f"+experiment={n}", "reward=decisive"))
+                  for n in ("judge_designs_mixed", "judge_designs_lean"))
+    a, b = asdict(head.train), asdict(lean.train)
+    assert {k for k in a if a[k] != b[k]} == {"experiment_name", "k", "epochs"}
+    assert (b["k"], b["epochs"], a["k"], a["epochs"]) == (4, 1, 8, 2)
+    assert head.reward == lean.reward and lean.reward["candidates"] == "mixed"
