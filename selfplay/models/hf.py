@@ -187,12 +187,7 @@ class HFBackend:
         ids = self.encode(prompts)
         tokens = torch.tensor(self._check_tokens(token_ids), device=self.device)
         out = np.zeros((len(ids), len(tokens)), dtype=np.float64)
-        if self.reuse_prefix:
-            groups = prefix_groups(ids, self.min_prefix)
-        else:
-            groups = [(0, list(range(len(ids))))]
-        plain = [i for plen, members in groups if plen == 0 for i in members]
-        shared = [(plen, members) for plen, members in groups if plen > 0]
+        plain, shared = self._prefix_split(ids, range(len(ids)))
         with self._inference(adapter):
             for batch in self._batches(plain, "next-token log-probs"):
                 logits = self._last_logits_plain([ids[i] for i in batch])
@@ -221,9 +216,7 @@ class HFBackend:
         # Prompts that share a prefix (the probe's and the KL's answers of one environment share their
         # whole prompt) run it once: the rows continue its KV cache. The prefix stops before each
         # member's last prompt token, whose logits score the completion's first token.
-        groups = prefix_groups([p_ids[i] for i in todo], self.min_prefix) if self.reuse_prefix else [(0, list(range(len(todo))))]
-        plain = [todo[m] for plen, members in groups if plen == 0 for m in members]
-        shared = [(plen, [todo[m] for m in members]) for plen, members in groups if plen > 0]
+        plain, shared = self._prefix_split(p_ids, todo)
         with self._inference(adapter):
             for batch in self._batches(plain, "sequence log-probs"):
                 out[batch] = completion_logprob_sums(
@@ -232,12 +225,10 @@ class HFBackend:
             for plen, rows in shared:
                 cache = self._prefix_cache(p_ids[rows[0]][:plen])
                 for batch in self._batches(rows, "sequence log-probs (shared prefix)"):
-                    batch_cache = copy.deepcopy(cache)
-                    batch_cache.batch_repeat_interleave(len(batch))
                     out[batch] = completion_logprob_sums(
                         self.model, [(p_ids[i] + c_ids[i])[plen:] for i in batch], [len(p_ids[i]) - plen for i in batch],
                         temperature=temperature, pad_id=self._pad_id, row_keep=ROW_KEEP, prefix_len=plen,
-                        **{self._cache_kw: batch_cache})
+                        **{self._cache_kw: self._batch_cache(cache, len(batch))})
         return out
 
     def adapter_disabled(self):
@@ -389,6 +380,21 @@ class HFBackend:
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=1)
         return out.logits[:, -1]
 
+    def _prefix_split(self, ids: Sequence[Sequence[int]], rows: Sequence[int]):
+        """`rows` (indices into `ids`) as (rows run whole, [(shared prefix length, rows)]): groups of
+        `prefix_groups` over their ids; all whole when `reuse_prefix` is off."""
+        rows = list(rows)
+        groups = prefix_groups([ids[i] for i in rows], self.min_prefix) if self.reuse_prefix else [(0, list(range(len(rows))))]
+        plain = [rows[m] for plen, members in groups if plen == 0 for m in members]
+        return plain, [(plen, [rows[m] for m in members]) for plen, members in groups if plen > 0]
+
+    @staticmethod
+    def _batch_cache(cache: DynamicCache, n: int) -> DynamicCache:
+        """A copy of a one-row prefix cache repeated for `n` rows; the prefix's own stays untouched."""
+        out = copy.deepcopy(cache)
+        out.batch_repeat_interleave(n)
+        return out
+
     def _prefix_cache(self, prefix: Sequence[int]) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)
         input_ids = torch.tensor([list(prefix)], device=self.device)
@@ -407,8 +413,7 @@ class HFBackend:
             attention[row, plen : plen + len(seq)] = 1
         last = torch.tensor([[len(s) - 1] for s in suffixes])
         positions = plen + torch.arange(width)[None].expand(len(suffixes), -1)
-        batch_cache = copy.deepcopy(cache)
-        batch_cache.batch_repeat_interleave(len(suffixes))
+        batch_cache = self._batch_cache(cache, len(suffixes))
         kw = dict(
             input_ids=input_ids.to(self.device),
             attention_mask=attention.to(self.device),
